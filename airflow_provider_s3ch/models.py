@@ -1,0 +1,386 @@
+"""Pydantic models that carry one load from request to metrics.
+
+Everything here is plain data: no I/O, no Airflow. The planner
+(:mod:`airflow_provider_s3ch.planner`) and the SQL renderer
+(:mod:`airflow_provider_s3ch.sql`) are functions over these models.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from airflow_provider_s3ch.errors import InvalidRequestError
+
+RegionCheck = Literal["warn", "fail", "off"]
+Strategy = Literal["auto", "single", "distributed"]
+SettingValue = int | float | str
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "t": 1000**4,
+    "tb": 1000**4,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+    "tib": 1024**4,
+}
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_SETTING_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_FORMAT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+
+
+def parse_size(value: int | float | str | None) -> int | None:
+    """Parse a byte size: an integer, or a string such as ``"8GiB"``, ``"512 MiB"``, ``"2GB"``.
+
+    :param value: bytes as a number, or a number followed by a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB).
+    :return: the size in bytes, or None when ``value`` is None or empty.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        raise InvalidRequestError(f"memory_cap={value!r} is not a size; give bytes or a string like '8GiB'")
+    if isinstance(value, int | float):
+        if value <= 0:
+            raise InvalidRequestError(f"memory_cap={value!r} must be positive; give bytes or a string like '8GiB'")
+        return int(value)
+    m = _SIZE_RE.match(str(value))
+    unit = m.group(2).lower() if m else None
+    if not m or unit not in _UNITS:
+        raise InvalidRequestError(
+            f"memory_cap={value!r} is not a size; give bytes (e.g. 8589934592) or a number with a unit "
+            "such as '8GiB', '512MiB' or '2GB'"
+        )
+    size = int(float(m.group(1)) * _UNITS[unit])
+    if size <= 0:
+        raise InvalidRequestError(f"memory_cap={value!r} must be positive; give a size such as '8GiB'")
+    return size
+
+
+class TableRef(BaseModel):
+    """A ClickHouse table, optionally qualified by its database."""
+
+    model_config = ConfigDict(frozen=True)
+
+    database: str | None = None
+    name: str
+
+    @classmethod
+    def parse(cls, value: str) -> TableRef:
+        """Parse ``"db.table"`` or ``"table"``; backticks may quote either part (```my.db`.`t` ``)."""
+        text = (value or "").strip()
+        parts: list[str] = []
+        buf = ""
+        i = 0
+        while i < len(text):
+            ch = text[i]
+            if ch == "`":
+                end = i + 1
+                while True:
+                    end = text.find("`", end)
+                    if end == -1:
+                        raise InvalidRequestError(f"table={value!r} has an unclosed backtick")
+                    if end + 1 < len(text) and text[end + 1] == "`":
+                        end += 2
+                        continue
+                    break
+                buf += text[i + 1 : end].replace("``", "`")
+                i = end + 1
+                continue
+            if ch == ".":
+                parts.append(buf)
+                buf = ""
+            else:
+                buf += ch
+            i += 1
+        parts.append(buf)
+        if len(parts) not in (1, 2) or any(not p for p in parts):
+            raise InvalidRequestError(
+                f"table={value!r} is not a table name; give 'database.table' or 'table' "
+                "(quote names containing dots with backticks)"
+            )
+        if len(parts) == 1:
+            return cls(name=parts[0])
+        return cls(database=parts[0], name=parts[1])
+
+    def __str__(self) -> str:
+        return f"{self.database}.{self.name}" if self.database else self.name
+
+
+class LoadRequest(BaseModel):
+    """What the user asked for, validated after templates render."""
+
+    model_config = ConfigDict(frozen=True)
+
+    s3_uri: str
+    table: TableRef
+    format: str | None = None
+    compression: str | None = None
+    structure: str | None = None
+    memory_cap: int | None = Field(default=None, description="bytes; parsed from strings like '8GiB'")
+    region_check: RegionCheck = "warn"
+    settings: dict[str, SettingValue] = Field(default_factory=dict)
+    strategy: Strategy = "auto"
+    cluster: str | None = None
+    dry_run: bool = False
+
+    @field_validator("table", mode="before")
+    @classmethod
+    def _table(cls, v: Any) -> Any:
+        return TableRef.parse(v) if isinstance(v, str) else v
+
+    @field_validator("memory_cap", mode="before")
+    @classmethod
+    def _cap(cls, v: Any) -> Any:
+        return parse_size(v)
+
+    @field_validator("s3_uri")
+    @classmethod
+    def _uri(cls, v: str) -> str:
+        v = (v or "").strip()
+        if not v.startswith("s3://"):
+            raise InvalidRequestError(
+                f"s3_uri={v!r} is not an S3 URI; give 's3://bucket/prefix/*.parquet' "
+                "(the bucket first, then a key or a glob)"
+            )
+        bucket, _, key = v[len("s3://") :].partition("/")
+        if not bucket or not key:
+            raise InvalidRequestError(
+                f"s3_uri={v!r} names no {'bucket' if not bucket else 'key'}; "
+                "give 's3://bucket/prefix/*.parquet'"
+            )
+        if any(c.isspace() for c in bucket) or any(c in bucket for c in "*?{}"):
+            raise InvalidRequestError(f"s3_uri={v!r}: the bucket name {bucket!r} may not hold globs or spaces")
+        return v
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, v: str | None) -> str | None:
+        if v is not None and not _FORMAT_RE.match(v):
+            raise InvalidRequestError(
+                f"format={v!r} is not a ClickHouse format name; give one such as 'Parquet' or 'CSVWithNames'"
+            )
+        return v
+
+    @field_validator("settings", mode="before")
+    @classmethod
+    def _settings(cls, v: Any) -> Any:
+        if v is None:
+            return {}
+        if not isinstance(v, dict):
+            raise InvalidRequestError(f"settings must be a dict of ClickHouse settings, got {type(v).__name__}")
+        out: dict[str, SettingValue] = {}
+        for name, value in v.items():
+            if not isinstance(name, str) or not _SETTING_NAME_RE.match(name):
+                raise InvalidRequestError(f"settings: {name!r} is not a ClickHouse setting name")
+            if isinstance(value, bool):
+                value = int(value)
+            if not isinstance(value, int | float | str):
+                raise InvalidRequestError(
+                    f"settings: {name}={value!r} must be a number or a string, not {type(value).__name__}"
+                )
+            out[name] = value
+        return out
+
+    @property
+    def bucket(self) -> str:
+        return self.s3_uri[len("s3://") :].partition("/")[0]
+
+    @property
+    def key_pattern(self) -> str:
+        return self.s3_uri[len("s3://") :].partition("/")[2]
+
+
+class S3Object(BaseModel):
+    """One object the glob matched."""
+
+    key: str
+    size: int
+    format: str | None = None
+    compression: str | None = None
+
+
+class Manifest(BaseModel):
+    """Objects matching the glob, listed the way ClickHouse will read them."""
+
+    bucket: str
+    pattern: str
+    prefix: str
+    objects: list[S3Object]
+    format: str
+    compression: str | None = None
+    region: str | None = None
+    list_calls: int = 0
+
+    @property
+    def file_count(self) -> int:
+        return len(self.objects)
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(o.size for o in self.objects)
+
+    def summary(self) -> dict[str, Any]:
+        sizes = sorted(o.size for o in self.objects)
+        return {
+            "bucket": self.bucket,
+            "pattern": self.pattern,
+            "files": self.file_count,
+            "bytes": self.total_bytes,
+            "format": self.format,
+            "compression": self.compression,
+            "region": self.region,
+            "largest_file_bytes": sizes[-1] if sizes else 0,
+            "median_file_bytes": sizes[len(sizes) // 2] if sizes else 0,
+        }
+
+
+class ClusterNode(BaseModel):
+    """One replica of a cluster, as ``system.clusters`` lists it."""
+
+    host: str
+    port: int
+    shard_num: int = 1
+    replica_num: int = 1
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+class TableInfo(BaseModel):
+    """The target table as the server describes it."""
+
+    database: str
+    name: str
+    engine: str
+    partition_key: str = ""
+    sorting_key: str = ""
+    # Distributed tables: what they point at.
+    dist_cluster: str | None = None
+    local_database: str | None = None
+    local_table: str | None = None
+    sharding_key: str | None = None
+    local_engine: str | None = None
+
+    @property
+    def is_distributed(self) -> bool:
+        return self.engine == "Distributed"
+
+    @property
+    def is_replicated(self) -> bool:
+        engine = self.local_engine or self.engine
+        return engine.startswith(("Replicated", "Shared"))
+
+
+class ServerProfile(BaseModel):
+    """What the planner needs to know about the ClickHouse side."""
+
+    version: str
+    cores: int = Field(ge=1)
+    memory_bytes: int = Field(ge=0, description="memory the server may use; 0 when unknown")
+    memory_source: str = "unknown"
+    region: str | None = None
+    cluster: str | None = None
+    nodes: list[ClusterNode] = Field(default_factory=list)
+    node_cores: list[int] = Field(default_factory=list)
+    table: TableInfo | None = None
+
+    @property
+    def node_count(self) -> int:
+        return max(1, len(self.nodes))
+
+
+class Check(BaseModel):
+    """A pre-flight check and its outcome."""
+
+    name: str
+    status: Literal["ok", "warn", "fail", "skipped"]
+    message: str
+
+
+class InsertSettings(BaseModel):
+    """The settings a load runs with, each with its reason."""
+
+    values: dict[str, SettingValue] = Field(default_factory=dict)
+    reasons: dict[str, str] = Field(default_factory=dict)
+    overrides: list[str] = Field(default_factory=list)
+
+
+class LoadPlan(BaseModel):
+    """The planner's decision: how one load runs and why."""
+
+    table: TableRef
+    source_url: str
+    format: str
+    compression: str | None = None
+    structure: str | None = None
+    strategy: Literal["single", "distributed"]
+    strategy_reason: str
+    cluster: str | None = None
+    settings: InsertSettings
+    budget_bytes: int
+    budget_reason: str
+    checks: list[Check] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    manifest: dict[str, Any] = Field(default_factory=dict)
+
+
+class S3Credentials(BaseModel):
+    """What ClickHouse needs to read the bucket; never logged, never pushed to XCom."""
+
+    access_key_id: SecretStr
+    secret_access_key: SecretStr
+    session_token: SecretStr | None = None
+
+    @model_validator(mode="after")
+    def _non_empty(self) -> S3Credentials:
+        if not self.access_key_id.get_secret_value() or not self.secret_access_key.get_secret_value():
+            raise InvalidRequestError("S3 credentials need both an access key id and a secret access key")
+        return self
+
+    def secrets(self) -> list[str]:
+        out = [self.secret_access_key.get_secret_value()]
+        if self.session_token is not None:
+            out.append(self.session_token.get_secret_value())
+        return out
+
+
+class NodeMetrics(BaseModel):
+    """One node's share of a load, from that node's ``system.query_log``."""
+
+    node: str
+    query_id: str
+    written_rows: int
+    written_bytes: int
+    read_rows: int
+    read_bytes: int
+    duration_ms: int
+    memory_usage: int
+
+
+class LoadMetrics(BaseModel):
+    """The load's figures from ``system.query_log``."""
+
+    query_id: str
+    written_rows: int
+    written_bytes: int
+    read_rows: int
+    read_bytes: int
+    duration_ms: int
+    memory_usage: int
+    settings: dict[str, str] = Field(default_factory=dict)
+    nodes: list[NodeMetrics] = Field(default_factory=list)
+
+    @property
+    def rows_per_second(self) -> float:
+        return round(self.written_rows / (self.duration_ms / 1000), 1) if self.duration_ms else 0.0
