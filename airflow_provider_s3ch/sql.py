@@ -1,0 +1,240 @@
+"""Pure SQL rendering: quoting, the SETTINGS clause and the load's INSERT.
+
+Every identifier and literal the provider sends to ClickHouse goes through this module.
+ClickHouse treats a backslash as an escape character inside backtick-quoted identifiers
+*and* inside single-quoted string literals (``\\n``, ``\\t``, ``\\xHH``, ``\\'``...), so
+both quoting functions escape the backslash first, then the quote character, then
+control characters.
+
+:func:`render_insert` returns the SQL to run and a redacted copy to log: the secret
+access key and the session token never appear in the redacted text.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from airflow_provider_s3ch.errors import InvalidRequestError
+from airflow_provider_s3ch.models import LoadPlan, S3Credentials, SettingValue, TableRef
+
+#: Setting names ClickHouse accepts (and the only ones we render unquoted).
+SETTING_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: What replaces the secret access key and the session token in the redacted SQL.
+REDACTED = "[redacted]"
+
+#: How many leading characters of the access key id the redacted SQL keeps (AWS key ids
+#: are 20 characters; the first four only tell the key type, e.g. ``AKIA`` or ``ASIA``).
+KEY_ID_VISIBLE_CHARS = 4
+
+#: Key ids shorter than this are not shown at all in the redacted SQL.
+KEY_ID_MIN_LENGTH_TO_SHOW = 12
+
+#: ``structure`` placed before ``compression_method`` when only compression is given: the
+#: positional form of ``s3``/``s3Cluster`` needs a structure there, and ``'auto'`` infers it.
+AUTO_STRUCTURE = "auto"
+
+_ESCAPES = {
+    "\\": "\\\\",
+    "\0": "\\0",
+    "\b": "\\b",
+    "\f": "\\f",
+    "\n": "\\n",
+    "\r": "\\r",
+    "\t": "\\t",
+}
+
+
+class RenderedSQL(BaseModel):
+    """A statement to execute and its redacted copy for logs.
+
+    ``sql`` is kept out of ``repr()`` and ``str()`` so that logging the object by mistake
+    shows only the redacted text.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    sql: str = Field(repr=False)
+    redacted: str
+
+
+def _escape(value: str, quote: str) -> str:
+    out: list[str] = []
+    for ch in value:
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
+        elif ch == quote:
+            out.append("\\" + quote)
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def quote_identifier(name: str) -> str:
+    """Quote a ClickHouse identifier with backticks.
+
+    Backslash becomes ``\\\\``, backtick ``\\```, control characters ``\\n``, ``\\xHH``....
+
+    :param name: the identifier, unquoted.
+    :return: the quoted identifier.
+    :raises InvalidRequestError: the name is empty or holds a NUL character.
+    """
+    if not isinstance(name, str) or not name:
+        raise InvalidRequestError(f"{name!r} is not an identifier: give a non-empty name")
+    if "\0" in name:
+        raise InvalidRequestError(f"identifier {name!r} holds a NUL character; ClickHouse names cannot")
+    return "`" + _escape(name, "`") + "`"
+
+
+def quote_literal(value: str) -> str:
+    """Quote a ClickHouse string literal with single quotes.
+
+    Backslash becomes ``\\\\``, quote ``\\'``, NUL ``\\0``, other control characters
+    ``\\n``, ``\\t``, ``\\xHH``....
+
+    :param value: the string.
+    :return: the quoted literal.
+    """
+    if not isinstance(value, str):
+        raise InvalidRequestError(f"{value!r} is not a string")
+    return "'" + _escape(value, "'") + "'"
+
+
+def render_table(table: TableRef) -> str:
+    """Render ```db`.`t``` or ```t```.
+
+    :param table: the table.
+    """
+    if table.database:
+        return f"{quote_identifier(table.database)}.{quote_identifier(table.name)}"
+    return quote_identifier(table.name)
+
+
+def render_setting_value(value: SettingValue | bool) -> str:
+    """Render a setting's value: numbers bare, strings quoted, booleans as 1/0.
+
+    :param value: an int, a finite float, a bool or a string.
+    :raises InvalidRequestError: the value is another type or a non-finite float.
+    """
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise InvalidRequestError(f"setting value {value!r} is not a finite number")
+        return repr(value)
+    if isinstance(value, str):
+        return quote_literal(value)
+    raise InvalidRequestError(f"setting value {value!r} must be a number or a string, not {type(value).__name__}")
+
+
+def render_settings(values: dict[str, SettingValue]) -> str:
+    """Render ``SETTINGS a = 1, b = 'x'``, or ``""`` when there are none.
+
+    :param values: setting names and values, in order.
+    :raises InvalidRequestError: a name is not a ClickHouse setting name.
+    """
+    parts = []
+    for name, value in values.items():
+        if not isinstance(name, str) or not SETTING_NAME_RE.match(name):
+            raise InvalidRequestError(f"{name!r} is not a ClickHouse setting name")
+        parts.append(f"{name} = {render_setting_value(value)}")
+    return "SETTINGS " + ", ".join(parts) if parts else ""
+
+
+def _source_args(plan: LoadPlan) -> list[str]:
+    """The arguments after the credentials: format[, structure][, compression]."""
+    args = [quote_literal(plan.format)]
+    if plan.structure is not None or plan.compression is not None:
+        args.append(quote_literal(plan.structure if plan.structure is not None else AUTO_STRUCTURE))
+    if plan.compression is not None:
+        args.append(quote_literal(plan.compression))
+    return args
+
+
+def _redact_key_id(key_id: str) -> str:
+    if len(key_id) >= KEY_ID_MIN_LENGTH_TO_SHOW:
+        return quote_literal(key_id[:KEY_ID_VISIBLE_CHARS] + "…")
+    return quote_literal("[key id]")
+
+
+def _credential_args(credentials: S3Credentials | None, *, redact: bool) -> list[str]:
+    if credentials is None:
+        return ["NOSIGN"]
+    key_id = credentials.access_key_id.get_secret_value()
+    secret = credentials.secret_access_key.get_secret_value()
+    token = credentials.session_token.get_secret_value() if credentials.session_token is not None else None
+    if redact:
+        args = [_redact_key_id(key_id), quote_literal(REDACTED)]
+        if token is not None:
+            args.append(quote_literal(REDACTED))
+        return args
+    args = [quote_literal(key_id), quote_literal(secret)]
+    if token is not None:
+        args.append(quote_literal(token))
+    return args
+
+
+def render_source(plan: LoadPlan, credentials: S3Credentials | None, *, redact: bool = False) -> str:
+    """Render ``s3(url, creds, format[, structure][, compression])`` or ``s3Cluster(cluster, ...)``.
+
+    Positional form, per ClickHouse's docs:
+    ``s3(url [, NOSIGN | access_key_id, secret_access_key [, session_token]] [, format] [, structure]
+    [, compression_method])``; ``s3Cluster`` takes the cluster name first. Without
+    credentials the ``NOSIGN`` keyword makes ClickHouse send unsigned requests (rather than
+    falling back to the server's own credentials).
+
+    :param plan: the plan (URL, format, structure, compression, strategy, cluster).
+    :param credentials: the keys ClickHouse reads the bucket with, or None for NOSIGN.
+    :param redact: replace the secret and the token by ``'[redacted]'``, shorten the key id.
+    """
+    args = [quote_literal(plan.source_url), *_credential_args(credentials, redact=redact), *_source_args(plan)]
+    if plan.strategy == "distributed":
+        if not plan.cluster:
+            raise InvalidRequestError("a distributed plan needs a cluster name for s3Cluster")
+        return f"s3Cluster({', '.join([quote_literal(plan.cluster), *args])})"
+    return f"s3({', '.join(args)})"
+
+
+def render_insert(plan: LoadPlan, credentials: S3Credentials | None, *, target: TableRef | None = None) -> RenderedSQL:
+    """Render ``INSERT INTO <table> SELECT * FROM s3(...) SETTINGS ...`` and its redacted copy.
+
+    :param plan: the plan.
+    :param credentials: the S3 keys, or None for an unsigned (``NOSIGN``) read.
+    :param target: insert into this table instead of ``plan.table`` (e.g. a staging table).
+    :return: the SQL and a redacted copy without the secret key or the session token.
+    """
+    table = render_table(target or plan.table)
+    settings = render_settings(plan.settings.values)
+    tail = f" {settings}" if settings else ""
+
+    def statement(redact: bool) -> str:
+        return f"INSERT INTO {table} SELECT * FROM {render_source(plan, credentials, redact=redact)}{tail}"
+
+    return RenderedSQL(sql=statement(False), redacted=scrub(statement(True), credentials))
+
+
+def scrub(text: str, credentials: S3Credentials | None) -> str:
+    """Remove any remaining occurrence of the secret or the token (raw or escaped) from ``text``.
+
+    The redacted SQL never renders them; this guards against a secret that also appears
+    elsewhere in the statement (in the URL, a setting, a table name).
+
+    :param text: the redacted SQL.
+    :param credentials: the keys whose secrets must not appear.
+    """
+    if credentials is None:
+        return text
+    for secret in credentials.secrets():
+        if not secret:
+            continue
+        for form in {secret, _escape(secret, "'"), _escape(secret, "`")}:
+            if form and form not in REDACTED:
+                text = text.replace(form, REDACTED)
+    return text
