@@ -1,0 +1,159 @@
+"""``s3ch-local``: run the local ClickHouse + S3 stack, write sample data, run the demo.
+
+    s3ch-local up [--nodes N] [--rows R]      start, write sample data, print AIRFLOW_CONN_*; Ctrl-C stops
+    s3ch-local demo --dags-folder DIR         start, write sample data, run the example DAG through Airflow,
+                                              print what it loaded, stop
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from airflow_provider_s3ch.local.sample import write_posts
+from airflow_provider_s3ch.local.stack import DEFAULT_BUCKET, DEFAULT_REGION, LocalStack
+
+DEMO_DAG_ID = "s3_to_clickhouse_posts"
+
+
+def _add_stack_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--nodes", type=int, default=1, help="ClickHouse nodes (default 1)")
+    p.add_argument("--region", default=DEFAULT_REGION, help=f"the server's and the bucket's region ({DEFAULT_REGION})")
+    p.add_argument("--rows", type=int, default=200_000, help="sample posts to write; 0 writes none (200000)")
+    p.add_argument("--months", type=int, default=12, help="monthly Parquet files to spread them over (12)")
+    p.add_argument("--bucket", default=DEFAULT_BUCKET, help=f"the sample bucket ({DEFAULT_BUCKET})")
+
+
+def _start(args: argparse.Namespace) -> tuple[LocalStack, Any]:
+    stack = LocalStack(nodes=args.nodes, region=args.region).start()
+    stack.create_bucket(args.bucket)
+    dataset = None
+    if args.rows > 0:
+        t0 = time.monotonic()
+        dataset = write_posts(stack.s3_client(), args.bucket, rows=args.rows, months=args.months)
+        print(
+            f"sample: {dataset.rows} rows in {len(dataset.keys)} Parquet files, {dataset.bytes} bytes, "
+            f"at {dataset.s3_uri} ({time.monotonic() - t0:.1f} s)",
+            flush=True,
+        )
+    return stack, dataset
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    stack, _ = _start(args)
+    try:
+        print(f"# {args.nodes} ClickHouse node(s): " + ", ".join(n.address for n in stack.nodes))
+        print(f"# S3: {stack.s3_endpoint} (key {stack.s3_access_key}); cluster {stack.cluster}")
+        for key, value in stack.airflow_env().items():
+            print(f"export {key}={shlex.quote(value)}")
+        print("# Ctrl-C stops the stack", flush=True)
+        signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    finally:
+        stack.stop()
+    return 0
+
+
+def _read_xcom(airflow_home: Path, dag_id: str, task_id: str) -> Any:
+    db = airflow_home / "airflow.db"
+    with sqlite3.connect(db) as conn:
+        row = conn.execute(
+            "SELECT value FROM xcom WHERE dag_id = ? AND task_id = ? AND key = 'return_value' "
+            "ORDER BY timestamp DESC LIMIT 1",
+            (dag_id, task_id),
+        ).fetchone()
+    if row is None:
+        return None
+    value = row[0]
+    if isinstance(value, bytes):
+        value = value.decode()
+    value = json.loads(value)
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    dags_folder = Path(args.dags_folder).resolve()
+    stack, dataset = _start(args)
+    try:
+        with tempfile.TemporaryDirectory(prefix="s3ch-airflow-") as home:
+            env = dict(os.environ)
+            env.update(stack.airflow_env())
+            env.update(
+                {
+                    "AIRFLOW_HOME": home,
+                    "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+                    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+                    "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+                }
+            )
+            airflow = [sys.executable, "-m", "airflow"]
+            conf = json.dumps({"s3_uri": dataset.s3_uri if dataset else f"s3://{args.bucket}/nothing/*.parquet"})
+            steps = [
+                (airflow + ["db", "migrate"], True),
+                (airflow + ["dags", "reserialize"], True),
+                (airflow + ["dags", "test", DEMO_DAG_ID, "-c", conf], False),
+            ]
+            for argv, quiet in steps:
+                print("$ airflow " + " ".join(shlex.quote(a) for a in argv[3:]), flush=True)
+                t0 = time.monotonic()
+                out = subprocess.run(argv, env=env, capture_output=quiet, text=True, check=False)  # noqa: S603
+                if out.returncode != 0:
+                    if quiet:
+                        print(out.stdout[-4000:], out.stderr[-4000:], sep="\n")
+                    print(f"demo failed at: {' '.join(argv[3:])}", file=sys.stderr)
+                    return 1
+                print(f"  ok ({time.monotonic() - t0:.1f} s)", flush=True)
+            result = _read_xcom(Path(home), DEMO_DAG_ID, "load_posts")
+        rows_in_table = stack.clickhouse_client().execute("SELECT count() FROM default.posts")[0][0]
+        print_figures(result, rows_in_table, dataset.rows if dataset else 0)
+        return 0 if result and result.get("written_rows") == (dataset.rows if dataset else 0) else 1
+    finally:
+        stack.stop()
+
+
+def print_figures(result: dict[str, Any] | None, rows_in_table: int, sample_rows: int) -> None:
+    """Print the load's figures (the operator's XCom) and the table's row count."""
+    print("\n=== what the load did (XCom return_value of task load_posts, from system.query_log) ===")
+    if not result:
+        print("no XCom found: the load did not run")
+        return
+    keys = [
+        "query_id", "strategy", "strategy_reason", "files", "bytes", "format", "written_rows", "written_bytes",
+        "read_rows", "read_bytes", "duration_ms", "rows_per_second", "memory_usage", "wall_ms",
+    ]
+    for key in keys:
+        print(f"{key:>18}: {result.get(key)}")
+    print(f"{'settings':>18}:")
+    for name, value in result.get("settings", {}).items():
+        print(f"{'':>20}{name} = {value}  ({result.get('settings_reasons', {}).get(name, '')})")
+    for warning in result.get("warnings", []):
+        print(f"{'warning':>18}: {warning}")
+    print(f"{'rows in table':>18}: {rows_in_table} (sample data: {sample_rows})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="s3ch-local", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start the stack and print AIRFLOW_CONN_* variables")
+    _add_stack_args(up)
+    up.set_defaults(func=cmd_up)
+    demo = sub.add_parser("demo", help="run the example DAG on the local stack and print what it loaded")
+    _add_stack_args(demo)
+    demo.add_argument("--dags-folder", default="example_dags", help="folder with the example DAG (example_dags)")
+    demo.set_defaults(func=cmd_demo)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

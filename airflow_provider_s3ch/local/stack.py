@@ -1,0 +1,375 @@
+"""A real local ClickHouse (one or more nodes) and a real S3 API server, for demos and tests.
+
+ClickHouse is the chdb-core engine (ClickHouse 26.9) serving the native protocol,
+one process per node; S3 is moto's server. Both listen on free loopback ports.
+Nothing here is a mock: the operator talks to them exactly as to production servers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from xml.sax.saxutils import escape
+
+DEFAULT_CLUSTER = "s3ch_local"
+DEFAULT_REGION = "eu-west-3"
+DEFAULT_BUCKET = "s3ch-sample"
+S3_ACCESS_KEY = "s3ch-local-access-key"
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(0.2)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Make the child get SIGTERM if the process that started it dies (Linux)."""
+    os.setsid()
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+@dataclass
+class NodeInfo:
+    """One ClickHouse node of the stack."""
+
+    index: int
+    tcp_port: int
+    http_port: int
+    workdir: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.tcp_port}"
+
+
+class LocalStackError(RuntimeError):
+    """The local stack could not start."""
+
+
+class LocalStack:
+    """Start N real ClickHouse nodes and a real S3 server on loopback; stop them on exit.
+
+    >>> with LocalStack(nodes=1, region="eu-west-3") as stack:   # doctest: +SKIP
+    ...     stack.s3_client()            # boto3 S3 client on the local S3
+    ...     stack.clickhouse_client(0)   # clickhouse_driver.Client on node 0
+    ...     stack.airflow_env()          # AIRFLOW_CONN_* variables for the operator
+
+    :param nodes: how many ClickHouse nodes; all are in one cluster, ``stack.cluster``.
+    :param region: the region the ClickHouse connection declares (extra ``region``),
+        and the default region of buckets the stack creates.
+    :param workdir: where node data and logs go; a temporary directory (removed on stop) if None.
+    :param password: the ClickHouse ``default`` user's password; random if None.
+    :param cluster: the cluster's name in ``remote_servers``.
+    :param start_timeout: seconds to wait for each server to answer.
+    """
+
+    def __init__(
+        self,
+        nodes: int = 1,
+        region: str = DEFAULT_REGION,
+        workdir: str | os.PathLike[str] | None = None,
+        password: str | None = None,
+        cluster: str = DEFAULT_CLUSTER,
+        start_timeout: float = 90.0,
+    ) -> None:
+        if nodes < 1:
+            raise ValueError("nodes must be at least 1")
+        self.node_count = nodes
+        self.region = region
+        self.cluster = cluster
+        # The engine's own session logs in as a passwordless ``default``; clients use ``s3ch``.
+        self.user = "s3ch"
+        self.password = password if password is not None else "ch-" + secrets.token_hex(8)
+        self.s3_access_key = S3_ACCESS_KEY
+        self.s3_secret_key = "s3-" + secrets.token_hex(12)
+        self.start_timeout = start_timeout
+        self._own_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="s3ch-local-"))
+        self.nodes: list[NodeInfo] = []
+        self.s3_port = 0
+        self._s3_process: subprocess.Popen[bytes] | None = None
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+    def __enter__(self) -> LocalStack:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> LocalStack:
+        """Start the S3 server and every node, and wait until all answer."""
+        if self._started:
+            return self
+        self._started = True
+        atexit.register(self.stop)
+        try:
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            self.start_s3()
+            self.nodes = [
+                NodeInfo(i, free_port(), free_port(), self.workdir / f"node{i}") for i in range(self.node_count)
+            ]
+            for node in self.nodes:
+                self._write_config(node)
+                node.process = self._spawn(
+                    [sys.executable, "-m", "airflow_provider_s3ch.local.node", str(node.workdir)],
+                    node.workdir / "node.log",
+                )
+            for node in self.nodes:
+                self._wait_node(node)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """Stop every process the stack started; remove the temporary workdir. Safe to call twice."""
+        for node in self.nodes:
+            self._terminate(node.process)
+            node.process = None
+        self.stop_s3()
+        if self._own_workdir and self.workdir.exists():
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        self._started = False
+        with contextlib.suppress(Exception):
+            atexit.unregister(self.stop)
+
+    def start_s3(self) -> None:
+        """Start (or restart, on the same port) the S3 server. A restart starts empty."""
+        if self._s3_process is not None and self._s3_process.poll() is None:
+            return
+        if not self.s3_port:
+            self.s3_port = free_port()
+        self._s3_process = self._spawn(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.s3_port)],
+            self.workdir / "s3.log",
+        )
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self._s3_process.poll() is not None:
+                raise LocalStackError(f"the S3 server exited: {self._tail(self.workdir / 's3.log')}")
+            with contextlib.suppress(Exception):
+                urllib.request.urlopen(f"{self.s3_endpoint}/", timeout=1).read()  # noqa: S310 - loopback
+                return
+            time.sleep(0.1)
+        raise LocalStackError(f"the S3 server did not answer on port {self.s3_port}")
+
+    def stop_s3(self) -> None:
+        """Stop the S3 server (its objects are lost)."""
+        self._terminate(self._s3_process)
+        self._s3_process = None
+
+    # ------------------------------------------------------------------ clients and settings
+    @property
+    def s3_endpoint(self) -> str:
+        """The S3 server's URL, as both the worker and ClickHouse reach it."""
+        return f"http://127.0.0.1:{self.s3_port}"
+
+    def s3_client(self) -> Any:
+        """A boto3 S3 client on the local S3 server."""
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.s3_endpoint,
+            aws_access_key_id=self.s3_access_key,
+            aws_secret_access_key=self.s3_secret_key,
+            region_name=self.region,
+        )
+
+    def create_bucket(self, name: str, region: str | None = None) -> None:
+        """Create a bucket in ``region`` (default: the stack's region); no error if it exists."""
+        region = region or self.region
+        client = self.s3_client()
+        kwargs: dict[str, Any] = {"Bucket": name}
+        if region != "us-east-1":
+            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
+            client.create_bucket(**kwargs)
+
+    def clickhouse_client(self, node: int = 0, **kwargs: Any) -> Any:
+        """A ``clickhouse_driver.Client`` on one node."""
+        from clickhouse_driver import Client
+
+        kwargs.setdefault("user", self.user)
+        kwargs.setdefault("password", self.password)
+        return Client("127.0.0.1", port=self.nodes[node].tcp_port, **kwargs)
+
+    def clickhouse_connection(self, node: int = 0, **extra: Any) -> dict[str, Any]:
+        """The ``clickhouse`` Airflow connection (as a JSON-able dict) for one node."""
+        conn_extra: dict[str, Any] = {"region": self.region, "s3_endpoint_url": self.s3_endpoint}
+        if self.node_count > 1:
+            conn_extra["cluster"] = self.cluster
+        conn_extra.update(extra)
+        return {
+            "conn_type": "clickhouse",
+            "host": "127.0.0.1",
+            "port": self.nodes[node].tcp_port,
+            "login": self.user,
+            "password": self.password,
+            "schema": "default",
+            "extra": conn_extra,
+        }
+
+    def aws_connection(self) -> dict[str, Any]:
+        """The ``aws`` Airflow connection (as a JSON-able dict) for the local S3."""
+        return {
+            "conn_type": "aws",
+            "login": self.s3_access_key,
+            "password": self.s3_secret_key,
+            "extra": {"endpoint_url": self.s3_endpoint, "region_name": self.region},
+        }
+
+    def airflow_env(self) -> dict[str, str]:
+        """``AIRFLOW_CONN_CLICKHOUSE_DEFAULT`` and ``AIRFLOW_CONN_AWS_DEFAULT`` for this stack."""
+        return {
+            "AIRFLOW_CONN_CLICKHOUSE_DEFAULT": json.dumps(self.clickhouse_connection(0)),
+            "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(self.aws_connection()),
+        }
+
+    @contextlib.contextmanager
+    def environ(self) -> Iterator[dict[str, str]]:
+        """Set :meth:`airflow_env` in ``os.environ`` for the duration of the block."""
+        env = self.airflow_env()
+        saved = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        try:
+            yield env
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+
+    # ------------------------------------------------------------------ internals
+    def _spawn(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            return subprocess.Popen(  # noqa: S603 - fixed argv
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509
+            )
+
+    @staticmethod
+    def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    @staticmethod
+    def _tail(path: Path, lines: int = 20) -> str:
+        try:
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def _wait_node(self, node: NodeInfo) -> None:
+        from clickhouse_driver import Client
+
+        deadline = time.monotonic() + self.start_timeout
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            assert node.process is not None
+            if node.process.poll() is not None:
+                raise LocalStackError(
+                    f"ClickHouse node {node.index} exited with {node.process.returncode}: "
+                    f"{self._tail(node.workdir / 'node.log')}"
+                )
+            if _port_open(node.tcp_port):
+                try:
+                    Client("127.0.0.1", port=node.tcp_port, user=self.user, password=self.password).execute("SELECT 1")
+                    return
+                except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                    if getattr(exc, "code", None) == 516:  # AUTHENTICATION_FAILED will not pass by waiting
+                        raise LocalStackError(f"ClickHouse node {node.index} refused the stack's user: {exc}") from exc
+                    last = exc
+            time.sleep(0.2)
+        raise LocalStackError(f"ClickHouse node {node.index} did not answer on port {node.tcp_port}: {last}")
+
+    def _write_config(self, node: NodeInfo) -> None:
+        node.workdir.mkdir(parents=True, exist_ok=True)
+        (node.workdir / "data").mkdir(exist_ok=True)
+        pw = escape(self.password)
+        shards = "".join(
+            f"<shard><replica><host>127.0.0.1</host><port>{n.tcp_port}</port>"
+            f"<user>{self.user}</user><password>{pw}</password></replica></shard>"
+            for n in self.nodes
+        )
+        config = f"""<clickhouse>
+    <path>{escape(str(node.workdir / 'data'))}/</path>
+    <user_files_path>{escape(str(node.workdir / 'user_files'))}/</user_files_path>
+    <listen_host>127.0.0.1</listen_host>
+    <tcp_port>{node.tcp_port}</tcp_port>
+    <http_port>{node.http_port}</http_port>
+    <logger><level>warning</level><console>0</console></logger>
+    <query_log>
+        <database>system</database>
+        <table>query_log</table>
+        <flush_interval_milliseconds>500</flush_interval_milliseconds>
+    </query_log>
+    <remote_servers>
+        <{self.cluster}>{shards}</{self.cluster}>
+    </remote_servers>
+    <user_directories><users_xml><path>{escape(str(node.workdir / 'users.xml'))}</path></users_xml></user_directories>
+</clickhouse>
+"""
+        (node.workdir / "config.xml").write_text(config)
+        users = f"""<clickhouse>
+    <users>
+        <default><password></password><profile>default</profile><quota>default</quota></default>
+        <{self.user}>
+            <password>{pw}</password>
+            <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
+            <profile>default</profile>
+            <quota>default</quota>
+            <access_management>1</access_management>
+        </{self.user}>
+    </users>
+    <profiles><default></default></profiles>
+    <quotas><default></default></quotas>
+</clickhouse>
+"""
+        (node.workdir / "users.xml").write_text(users)
