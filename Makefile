@@ -1,0 +1,35 @@
+# The README's commands. Everything installs into .venv from PyPI.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test unit integration bench clean
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[local,test,bench]"
+	touch $(STAMP)
+
+## demo: start a real local ClickHouse and S3, write sample data, run the example DAG through Airflow, print the load
+demo: venv
+	$(VENV)/bin/s3ch-local demo --dags-folder example_dags
+
+## test: the whole suite (unit, integration on the real local stack, the example DAG through Airflow)
+test: venv
+	$(PY) -m pytest -q -p no:cacheprovider
+
+unit: venv
+	$(PY) -m pytest -q -p no:cacheprovider tests/unit
+
+integration: venv
+	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/dags
+
+## bench: the benchmark harness (bench/README.md)
+bench: venv
+	$(PY) -m bench.run
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache
