@@ -362,7 +362,9 @@ def _is_directory_marker(entry: dict[str, Any]) -> bool:
 
 def _to_object(entry: dict[str, Any]) -> S3Object:
     key = entry["Key"]
-    return S3Object(key=key, size=int(entry.get("Size", 0)), format=detect_format(key), compression=detect_compression(key))
+    return S3Object(
+        key=key, size=int(entry.get("Size", 0)), format=detect_format(key), compression=detect_compression(key)
+    )
 
 
 def _scan(client: Any, bucket: str, pattern: str) -> tuple[list[S3Object], list[str], int, int]:
@@ -524,7 +526,8 @@ def _single_compression(objects: list[S3Object]) -> str | None:
     """The one detected compression (None for none), or :class:`FormatError`."""
     examples = _examples_by(objects, "compression")
     if len(examples) > 1:
-        found = "; ".join(f"{c or 'none'} (e.g. {key!r})" for c, key in sorted(examples.items(), key=lambda kv: kv[0] or ""))
+        ordered = sorted(examples.items(), key=lambda kv: kv[0] or "")
+        found = "; ".join(f"{c or 'none'} (e.g. {key!r})" for c, key in ordered)
         raise FormatError(
             f"the matched files have mixed compression: {found}; narrow the glob to one compression, "
             "or pass compression= (e.g. compression='auto' to let ClickHouse pick per file by extension)"
