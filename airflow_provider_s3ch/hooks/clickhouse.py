@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from airflow_provider_s3ch.compat import BaseHook
@@ -70,6 +72,18 @@ def _split_args(text: str) -> list[str]:
     if buf.strip():
         out.append(buf.strip())
     return out
+
+
+@contextlib.contextmanager
+def _quiet_driver() -> Iterator[None]:
+    """Keep clickhouse-driver from logging the statement (it holds S3 credentials) at DEBUG level."""
+    logger = logging.getLogger("clickhouse_driver")
+    saved = logger.level
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.setLevel(saved)
 
 
 class ClickHouseHook(BaseHook):
@@ -244,12 +258,13 @@ class ClickHouseHook(BaseHook):
         client = self.get_conn()
         last = time.monotonic()
         try:
-            progress = client.execute_with_progress(sql, query_id=query_id)
-            for rows, total in progress:
-                if log is not None and time.monotonic() - last >= log_every:
-                    last = time.monotonic()
-                    log.info("Progress: %d rows read%s", rows, f" of {total}" if total else "")
-            progress.get_result()
+            with _quiet_driver():
+                progress = client.execute_with_progress(sql, query_id=query_id)
+                for rows, total in progress:
+                    if log is not None and time.monotonic() - last >= log_every:
+                        last = time.monotonic()
+                        log.info("Progress: %d rows read%s", rows, f" of {total}" if total else "")
+                progress.get_result()
         except Exception as exc:  # noqa: BLE001 - translated below
             raise self.translate_error(exc) from exc
 

@@ -194,8 +194,11 @@ class LocalStack:
         """The S3 server's URL, as both the worker and ClickHouse reach it."""
         return f"http://127.0.0.1:{self.s3_port}"
 
-    def s3_client(self) -> Any:
-        """A boto3 S3 client on the local S3 server."""
+    def s3_client(self, region: str | None = None) -> Any:
+        """A boto3 S3 client on the local S3 server.
+
+        :param region: the client's region (default: the stack's).
+        """
         import boto3
 
         return boto3.client(
@@ -203,13 +206,13 @@ class LocalStack:
             endpoint_url=self.s3_endpoint,
             aws_access_key_id=self.s3_access_key,
             aws_secret_access_key=self.s3_secret_key,
-            region_name=self.region,
+            region_name=region or self.region,
         )
 
     def create_bucket(self, name: str, region: str | None = None) -> None:
         """Create a bucket in ``region`` (default: the stack's region); no error if it exists."""
         region = region or self.region
-        client = self.s3_client()
+        client = self.s3_client(region)
         kwargs: dict[str, Any] = {"Bucket": name}
         if region != "us-east-1":
             kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}

@@ -1,0 +1,59 @@
+"""Fixtures on the real local stack: chdb-core ClickHouse nodes and moto's S3 server. No mocks."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.local.sample import SampleDataset, posts_ddl, write_posts
+from tests.integration.support import SAMPLE_BUCKET
+
+SAMPLE_ROWS = 30_000
+SAMPLE_MONTHS = 6
+
+
+@pytest.fixture(scope="session")
+def stack() -> Iterator[LocalStack]:
+    """One ClickHouse node and an S3 server; AIRFLOW_CONN_* point the default connections at them."""
+    with LocalStack(nodes=1, region="eu-west-3") as s, s.environ():
+        s.create_bucket(SAMPLE_BUCKET)
+        yield s
+
+
+@pytest.fixture(scope="session")
+def posts(stack: LocalStack) -> SampleDataset:
+    """Sample posts: SAMPLE_ROWS rows in SAMPLE_MONTHS monthly Parquet files."""
+    return write_posts(stack.s3_client(), SAMPLE_BUCKET, rows=SAMPLE_ROWS, months=SAMPLE_MONTHS)
+
+
+@pytest.fixture
+def posts_table(stack: LocalStack) -> str:
+    """A fresh, empty posts table (unique name) in database ``default``."""
+    name = f"posts_{uuid.uuid4().hex[:8]}"
+    stack.clickhouse_client().execute(posts_ddl(f"default.{name}"))
+    return f"default.{name}"
+
+
+@pytest.fixture
+def env_conn():
+    """Set extra AIRFLOW_CONN_* variables for one test."""
+    saved: dict[str, str | None] = {}
+
+    def _set(conn_id: str, conn: dict[str, Any]) -> str:
+        key = f"AIRFLOW_CONN_{conn_id.upper()}"
+        saved.setdefault(key, os.environ.get(key))
+        os.environ[key] = json.dumps(conn)
+        return conn_id
+
+    yield _set
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value

@@ -1,0 +1,157 @@
+"""Bad input: a clear error that names the problem and the fix, and the target table as it was."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+import pytest
+
+from airflow_provider_s3ch.errors import (
+    AirflowFailException,
+    BucketError,
+    ClickHouseAuthError,
+    ClickHouseUnavailableError,
+    FormatError,
+    InvalidRequestError,
+    NoObjectsError,
+    PlanError,
+    RegionMismatchError,
+    TableError,
+)
+from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.local.sample import SampleDataset
+from airflow_provider_s3ch.local.stack import free_port
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
+from tests.integration.support import count, fake_context
+
+TABLE = "default.guarded"
+
+
+@pytest.fixture(scope="module")
+def guarded(stack: LocalStack, posts: SampleDataset) -> int:
+    """A posts-shaped table that already holds one month; every bad load must leave it so."""
+    from airflow_provider_s3ch.local.sample import posts_ddl
+
+    client = stack.clickhouse_client()
+    client.execute(posts_ddl(TABLE))
+    key = posts.keys[0]
+    S3ToClickHouseOperator(task_id="seed", s3_uri=f"s3://{posts.bucket}/{key}", table=TABLE).execute(fake_context())
+    rows = count(stack, TABLE)
+    assert rows > 0
+    return rows
+
+
+def _fails(stack: LocalStack, guarded: int, error: type[Exception], match: str, **kwargs) -> Exception:
+    kwargs.setdefault("table", TABLE)
+    op = S3ToClickHouseOperator(task_id="bad", **kwargs)
+    with pytest.raises(error, match=match) as info:
+        op.execute(fake_context("bad"))
+    assert count(stack, TABLE) == guarded, "a failed load changed the target table"
+    return info.value
+
+
+def test_no_object_matches(stack, posts, guarded) -> None:
+    exc = _fails(stack, guarded, NoObjectsError, "no object", s3_uri=f"s3://{posts.bucket}/{posts.prefix}*.csv")
+    assert "s3_uri" in str(exc) and isinstance(exc, AirflowFailException)
+
+
+def test_bucket_missing(stack, guarded) -> None:
+    exc = _fails(stack, guarded, BucketError, "does not exist", s3_uri="s3://s3ch-nope/x/*.parquet")
+    assert "s3ch-nope" in str(exc)
+
+
+def test_mixed_formats(stack, posts, guarded) -> None:
+    stack.s3_client().put_object(Bucket=posts.bucket, Key="mixed/a.parquet", Body=b"PAR1")
+    stack.s3_client().put_object(Bucket=posts.bucket, Key="mixed/b.csv", Body=b"id\n1\n")
+    exc = _fails(stack, guarded, FormatError, "format", s3_uri=f"s3://{posts.bucket}/mixed/*")
+    assert "format=" in str(exc)
+
+
+def test_unknown_format(stack, posts, guarded) -> None:
+    stack.s3_client().put_object(Bucket=posts.bucket, Key="odd/a.dat", Body=b"??")
+    _fails(stack, guarded, FormatError, "format=", s3_uri=f"s3://{posts.bucket}/odd/*.dat")
+
+
+def test_target_table_missing(stack, posts, guarded) -> None:
+    exc = _fails(stack, guarded, TableError, "does not exist", s3_uri=posts.s3_uri, table="default.no_such_table")
+    assert "create it" in str(exc)
+
+
+def test_memory_cap_malformed(stack, posts, guarded) -> None:
+    _fails(stack, guarded, InvalidRequestError, "8GiB", s3_uri=posts.s3_uri, memory_cap="lots")
+
+
+def test_memory_cap_too_small(stack, posts, guarded) -> None:
+    exc = _fails(stack, guarded, PlanError, "memory_cap", s3_uri=posts.s3_uri, memory_cap="10MiB")
+    assert "MiB" in str(exc)
+
+
+def test_s3_uri_not_s3(stack, guarded) -> None:
+    _fails(stack, guarded, InvalidRequestError, "s3://bucket", s3_uri="https://example.com/x/*.parquet")
+
+
+def test_region_mismatch_under_fail(stack, guarded) -> None:
+    stack.create_bucket("s3ch-elsewhere", region="us-east-1")
+    stack.s3_client().put_object(Bucket="s3ch-elsewhere", Key="p/a.parquet", Body=b"PAR1")
+    exc = _fails(
+        stack, guarded, RegionMismatchError, "us-east-1", s3_uri="s3://s3ch-elsewhere/p/*.parquet", region_check="fail"
+    )
+    assert "eu-west-3" in str(exc)
+
+
+def test_wrong_password(stack, posts, guarded, env_conn) -> None:
+    conn = stack.clickhouse_connection(0)
+    conn["password"] = "not-the-password"
+    env_conn("clickhouse_wrong_pw", conn)
+    exc = _fails(
+        stack, guarded, ClickHouseAuthError, "password", s3_uri=posts.s3_uri, clickhouse_conn_id="clickhouse_wrong_pw"
+    )
+    assert "not-the-password" not in str(exc)
+
+
+def test_clickhouse_unreachable_is_retryable(stack, posts, guarded, env_conn) -> None:
+    conn = stack.clickhouse_connection(0)
+    conn["port"] = free_port()
+    conn["extra"]["connect_timeout"] = 2
+    env_conn("clickhouse_down", conn)
+    exc = _fails(
+        stack, guarded, ClickHouseUnavailableError, "did not answer", s3_uri=posts.s3_uri,
+        clickhouse_conn_id="clickhouse_down",
+    )
+    assert not isinstance(exc, AirflowFailException), "an unreachable server is transient: retries apply"
+
+
+def test_access_denied(stack, guarded, env_conn, tmp_path) -> None:
+    """A real S3 server that checks credentials (moto with auth on) refuses unknown keys."""
+    port = free_port()
+    env = {"INITIAL_NO_AUTH_ACTION_COUNT": "0", "PATH": "/usr/bin:/bin"}
+    proc = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        import urllib.request
+
+        for _ in range(100):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)  # noqa: S310
+                break
+            except Exception as exc:  # noqa: BLE001
+                if getattr(exc, "code", None):
+                    break
+                time.sleep(0.1)
+        env_conn(
+            "aws_denied",
+            {"conn_type": "aws", "login": "AKIAUNKNOWN", "password": "wrong-secret",
+             "extra": {"endpoint_url": f"http://127.0.0.1:{port}", "region_name": "eu-west-3"}},
+        )
+        exc = _fails(
+            stack, guarded, BucketError, "(?i)access denied|not allowed|refused", s3_uri="s3://s3ch-locked/x/*.parquet",
+            aws_conn_id="aws_denied",
+        )
+        assert "wrong-secret" not in str(exc)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
