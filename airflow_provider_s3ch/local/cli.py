@@ -63,7 +63,8 @@ def cmd_up(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_xcom(airflow_home: Path, dag_id: str, task_id: str) -> Any:
+def read_xcom(airflow_home: Path, dag_id: str, task_id: str) -> Any:
+    """The newest ``return_value`` XCom of a task from a SQLite metadata database in ``airflow_home``."""
     db = airflow_home / "airflow.db"
     with sqlite3.connect(db) as conn:
         row = conn.execute(
@@ -113,7 +114,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                     print(f"demo failed at: {' '.join(argv[3:])}", file=sys.stderr)
                     return 1
                 print(f"  ok ({time.monotonic() - t0:.1f} s)", flush=True)
-            result = _read_xcom(Path(home), DEMO_DAG_ID, "load_posts")
+            result = read_xcom(Path(home), DEMO_DAG_ID, "load_posts")
         rows_in_table = stack.clickhouse_client().execute("SELECT count() FROM default.posts")[0][0]
         print_figures(result, rows_in_table, dataset.rows if dataset else 0)
         return 0 if result and result.get("written_rows") == (dataset.rows if dataset else 0) else 1

@@ -1,0 +1,103 @@
+"""DAGs through Airflow itself (`airflow dags test`), on the real local stack."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.local.cli import read_xcom
+from airflow_provider_s3ch.local.sample import posts_ddl, write_posts
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def dag_stack() -> Iterator[LocalStack]:
+    with LocalStack(nodes=1, region="eu-west-3") as stack:
+        yield stack
+
+
+def _airflow(home: Path, dags: Path, stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.update(stack.airflow_env())
+    env.update(
+        {
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
+        }
+    )
+    return subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "airflow", *args], env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def _run_dag(tmp_path: Path, dags: Path, stack: LocalStack, dag_id: str, conf: dict | None = None) -> Path:
+    home = tmp_path / "airflow"
+    home.mkdir()
+    for args in (("db", "migrate"), ("dags", "reserialize")):
+        out = _airflow(home, dags, stack, *args)
+        assert out.returncode == 0, out.stderr[-3000:]
+    test_args = ["dags", "test", dag_id] + (["-c", json.dumps(conf)] if conf else [])
+    out = _airflow(home, dags, stack, *test_args)
+    assert out.returncode == 0, (out.stdout + out.stderr)[-5000:]
+    assert "state=success" in out.stdout + out.stderr, (out.stdout + out.stderr)[-5000:]
+    return home
+
+
+def _query_log_written_rows(stack: LocalStack, query_id: str) -> int:
+    client = stack.clickhouse_client()
+    client.execute("SYSTEM FLUSH LOGS")
+    rows = client.execute(
+        "SELECT written_rows FROM system.query_log WHERE query_id = %(q)s AND type = 'QueryFinish'", {"q": query_id}
+    )
+    assert len(rows) == 1
+    return int(rows[0][0])
+
+
+def test_example_dag_loads_the_sample(tmp_path: Path, dag_stack: LocalStack) -> None:
+    dag_stack.create_bucket("s3ch-sample")
+    data = write_posts(dag_stack.s3_client(), "s3ch-sample", rows=20_000, months=4)
+    home = _run_dag(tmp_path, ROOT / "example_dags", dag_stack, "s3_to_clickhouse_posts", {"s3_uri": data.s3_uri})
+    xcom = read_xcom(home, "s3_to_clickhouse_posts", "load_posts")
+    assert xcom["written_rows"] == data.rows == _query_log_written_rows(dag_stack, xcom["query_id"])
+    assert dag_stack.clickhouse_client().execute("SELECT count() FROM default.posts")[0][0] == data.rows
+    assert xcom["settings"]["max_memory_usage"] == 4 * 1024**3  # the DAG's memory_cap param, rendered
+
+
+def test_readme_style_dag_with_text_formats_and_globs(tmp_path: Path, dag_stack: LocalStack) -> None:
+    s3 = dag_stack.s3_client()
+    dag_stack.create_bucket("s3ch-formats")
+    months = write_posts(s3, "s3ch-formats", rows=9_000, months=3, prefix="parquet/")
+    ch = dag_stack.clickhouse_client()
+    ch.execute(posts_ddl("default.f_posts"))
+    for table in ("f_events_csv", "f_events_tsv"):
+        ch.execute(f"CREATE TABLE default.{table} (id UInt32, name String, amount Float64) ENGINE = MergeTree ORDER BY id")
+    csv_rows = tsv_rows = 0
+    for region, n in (("eu", 120), ("us", 80), ("ap", 40)):
+        body = "id,name,amount\n" + "".join(f"{i},{region}{i},{i / 4}\n" for i in range(n))
+        s3.put_object(Bucket="s3ch-formats", Key=f"csv/{region}/2024/01/part-0.csv.gz", Body=gzip.compress(body.encode()))
+        csv_rows += n
+        tsv = "id\tname\tamount\n" + "".join(f"{i}\t{region}{i}\t{i / 4}\n" for i in range(n))
+        s3.put_object(Bucket="s3ch-formats", Key=f"tsv/{region}/part-0.tsv", Body=tsv.encode())
+        tsv_rows += n if region in ("eu", "us") else 0
+
+    home = _run_dag(tmp_path, Path(__file__).parent / "dags", dag_stack, "s3ch_formats")
+
+    parquet_rows = ch.execute("SELECT count() FROM default.f_posts")[0][0]
+    expected = {"parquet": (parquet_rows, "f_posts"), "csv_gz": (csv_rows, "f_events_csv"), "tsv": (tsv_rows, "f_events_tsv")}
+    assert parquet_rows == 6_000  # two of the three months: {2008-07,2008-08}
+    assert months.rows == 9_000
+    for task_id, (rows, table) in expected.items():
+        xcom = read_xcom(home, "s3ch_formats", task_id)
+        assert xcom["written_rows"] == rows == _query_log_written_rows(dag_stack, xcom["query_id"]), task_id
+        assert ch.execute(f"SELECT count() FROM default.{table}")[0][0] == rows, task_id
