@@ -385,6 +385,13 @@ def plan_settings(
             f"{LOW_MEMORY_DELAYED_STREAMS}: per-node budget {fmt_bytes(budget.per_node)} < "
             f"{fmt_bytes(LOW_MEMORY_BYTES)}; the guide advises lowering it in low-memory cases",
         )
+    if nodes == 1 and profile.table is not None and profile.table.is_distributed:
+        put(
+            "distributed_foreground_insert",
+            1,
+            "1: a single-node load into a Distributed table sends each shard its rows before the task ends, "
+            "so the rows are in the shards and the figures are final when the task succeeds",
+        )
     if nodes > 1:
         put(
             "parallel_distributed_insert_select",

@@ -419,22 +419,36 @@ class ClickHouseHook(BaseHook):
             client=client,
         )
 
-    def load_metrics(self, query_id: str, nodes: Sequence[ClusterNode] = (), distributed: bool = False,
-                     wait_seconds: float = 10.0) -> LoadMetrics:
+    def load_metrics(
+        self,
+        query_id: str,
+        nodes: Sequence[ClusterNode] = (),
+        distributed: bool = False,
+        target_distributed: bool = False,
+        wait_seconds: float = 10.0,
+    ) -> LoadMetrics:
         """The load's figures from ``system.query_log``.
 
-        A single-node load is one entry. A distributed load's rows are written by each
-        node's secondary queries (``initial_query_id`` = the load's id); the initiator's
-        own entry shows ``written_rows = 0``. Totals are the sum over nodes.
+        - A single-node load into a local table is one entry.
+        - A distributed load's rows are written by each node's secondary inserts
+          (``initial_query_id`` = the load's id); the initiator's own entry shows
+          ``written_rows = 0``. Totals are the sums over nodes.
+        - A single-node load into a Distributed table (foreground insert) counts every
+          row twice on the initiator: once into the Distributed table, once into its own
+          shard. The other shards' rows are their secondary inserts; the initiator's
+          shard holds ``written_rows - read_rows`` (every row read is routed: the load is
+          ``SELECT *``), and its bytes are that share of its ``written_bytes``.
 
         :param query_id: the load's query id.
-        :param nodes: the cluster's nodes (distributed loads).
-        :param distributed: whether the load ran on every node.
+        :param nodes: the cluster's nodes.
+        :param distributed: whether the load ran on every node (s3Cluster).
+        :param target_distributed: whether the target is a Distributed table.
         :param wait_seconds: how long to wait for log entries to appear after flushing.
         """
+        fan_out = distributed or target_distributed
         deadline = time.monotonic() + wait_seconds
         while True:
-            self.flush_logs(nodes if distributed else ())
+            self.flush_logs(nodes if fan_out else ())
             initial = self.query_log(query_id)
             if initial or time.monotonic() > deadline:
                 break
@@ -445,14 +459,21 @@ class ClickHouseHook(BaseHook):
         if entry[9] != "QueryFinish":
             raise LoadError(f"query {query_id} failed on the server: {str(entry[10]).split('Stack trace:')[0]}")
         settings = {str(k): str(v) for k, v in dict(entry[7]).items()}
+        here = f"{self.connection.host}:{self._port()}"
         per_node: list[NodeMetrics] = []
-        if distributed:
+        if fan_out:
             for address, client in self.node_clients(nodes):
                 for row in self.query_log(query_id, client=client, initial=False):
                     if row[9] == "QueryFinish" and str(row[0]) != query_id:
                         per_node.append(self._node_metrics(address, row))
-        if not per_node:
-            per_node = [self._node_metrics(f"{self.connection.host}:{self._port()}", entry)]
+        if target_distributed and not distributed:
+            own_rows = max(0, int(entry[1]) - int(entry[3]))
+            own_bytes = int(entry[2]) * own_rows // int(entry[1]) if int(entry[1]) else 0
+            own = self._node_metrics(here, entry).model_copy(
+                update={"written_rows": own_rows, "written_bytes": own_bytes, "read_rows": 0, "read_bytes": 0}
+            )
+            per_node = [own] + [n for n in per_node if n.node != here]
+        per_node = self._merge_by_node(per_node) or [self._node_metrics(here, entry)]
         return LoadMetrics(
             query_id=query_id,
             written_rows=sum(n.written_rows for n in per_node),
@@ -464,6 +485,28 @@ class ClickHouseHook(BaseHook):
             settings=settings,
             nodes=per_node,
         )
+
+    @staticmethod
+    def _merge_by_node(entries: list[NodeMetrics]) -> list[NodeMetrics]:
+        """One figure per node: a node may run several secondary inserts for one load."""
+        merged: dict[str, NodeMetrics] = {}
+        for e in entries:
+            if e.node not in merged:
+                merged[e.node] = e
+                continue
+            m = merged[e.node]
+            merged[e.node] = m.model_copy(
+                update={
+                    "query_id": m.query_id,
+                    "written_rows": m.written_rows + e.written_rows,
+                    "written_bytes": m.written_bytes + e.written_bytes,
+                    "read_rows": m.read_rows + e.read_rows,
+                    "read_bytes": m.read_bytes + e.read_bytes,
+                    "duration_ms": max(m.duration_ms, e.duration_ms),
+                    "memory_usage": max(m.memory_usage, e.memory_usage),
+                }
+            )
+        return list(merged.values())
 
     @staticmethod
     def _node_metrics(address: str, row: tuple[Any, ...]) -> NodeMetrics:

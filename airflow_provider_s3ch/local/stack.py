@@ -227,6 +227,38 @@ class LocalStack:
         kwargs.setdefault("password", self.password)
         return Client("127.0.0.1", port=self.nodes[node].tcp_port, **kwargs)
 
+    def execute_on_all(self, sql: str) -> None:
+        """Run one statement on every node (there is no Keeper, so ``ON CLUSTER`` DDL fails here)."""
+        for i in range(len(self.nodes)):
+            self.clickhouse_client(i).execute(sql)
+
+    def create_distributed_table(
+        self,
+        name: str,
+        local_ddl: str,
+        *,
+        database: str = "default",
+        sharding_key: str = "rand()",
+        local_suffix: str = "_local",
+    ) -> tuple[str, str]:
+        """Create a local table on every node and a Distributed table over them (on every node).
+
+        :param name: the Distributed table's name; the local table is ``name + local_suffix``.
+        :param local_ddl: a ``CREATE TABLE`` statement with ``{table}`` where the local table's name goes.
+        :param database: the database of both tables.
+        :param sharding_key: the Distributed table's sharding key.
+        :param local_suffix: what the local table's name adds to ``name``.
+        :return: (distributed table, local table), both ``database.name``.
+        """
+        local = f"{name}{local_suffix}"
+        self.execute_on_all(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+        self.execute_on_all(local_ddl.format(table=f"`{database}`.`{local}`"))
+        self.execute_on_all(
+            f"CREATE TABLE IF NOT EXISTS `{database}`.`{name}` AS `{database}`.`{local}` "
+            f"ENGINE = Distributed('{self.cluster}', '{database}', '{local}', {sharding_key})"
+        )
+        return f"{database}.{name}", f"{database}.{local}"
+
     def clickhouse_connection(self, node: int = 0, **extra: Any) -> dict[str, Any]:
         """The ``clickhouse`` Airflow connection (as a JSON-able dict) for one node."""
         conn_extra: dict[str, Any] = {"region": self.region, "s3_endpoint_url": self.s3_endpoint}

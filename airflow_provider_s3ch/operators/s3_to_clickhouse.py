@@ -162,7 +162,12 @@ class S3ToClickHouseOperator(BaseOperator):
             hook.run_insert(rendered.sql, query_id=query_id, log=self.log)
         finally:
             self._running = None
-        metrics = hook.load_metrics(query_id, nodes=profile.nodes, distributed=distributed)
+        metrics = hook.load_metrics(
+            query_id,
+            nodes=profile.nodes,
+            distributed=distributed,
+            target_distributed=bool(profile.table and profile.table.is_distributed),
+        )
         result = self.result(plan, metrics, wall_ms=int((time.monotonic() - started) * 1000))
         self.log.info(
             "Loaded %d rows (%d bytes) in %d ms: %.0f rows/s, peak memory %d bytes",

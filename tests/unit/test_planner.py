@@ -454,3 +454,17 @@ def test_nameless_format_without_structure_warns() -> None:
     assert any("no column names" in w for w in p.warnings)
     assert not any("no column names" in w for w in plan(request(structure="a UInt8"), manifest(fmt="CSV")).warnings)
     assert not any("no column names" in w for w in plan(man=manifest(fmt="CSVWithNames")).warnings)
+
+
+def test_single_load_into_distributed_table_inserts_in_the_foreground() -> None:
+    """Rows must be in the shards (and the figures final) when the task ends."""
+    p = plan(request(strategy="single"), manifest(), profile(nodes=3, tbl=distributed_table()))
+    assert p.strategy == "single"
+    assert p.settings.values["distributed_foreground_insert"] == 1
+    assert "parallel_distributed_insert_select" not in p.settings.values
+
+
+def test_distributed_load_does_not_force_foreground_insert() -> None:
+    p = plan(request(strategy="distributed"), manifest(files=12), profile(nodes=3, tbl=distributed_table()))
+    assert p.strategy == "distributed"
+    assert "distributed_foreground_insert" not in p.settings.values
