@@ -290,7 +290,7 @@ class ClickHouseHook(BaseHook):
         cores = self._cores()
         memory, source = self._memory()
         cluster = cluster or self.cluster
-        nodes = self._cluster_nodes(cluster) if cluster else []
+        nodes = self.cluster_nodes(cluster) if cluster else []
         node_cores = self._node_cores(nodes) if len(nodes) > 1 else [cores]
         return ServerProfile(
             version=version,
@@ -342,7 +342,7 @@ class ClickHouseHook(BaseHook):
                 return int(value), source
         return 0, "unknown"
 
-    def _cluster_nodes(self, cluster: str) -> list[ClusterNode]:
+    def cluster_nodes(self, cluster: str) -> list[ClusterNode]:
         rows = self.execute(
             "SELECT host_name, port, shard_num, replica_num FROM system.clusters "
             "WHERE cluster = %(c)s ORDER BY shard_num, replica_num",

@@ -101,3 +101,20 @@ def test_readme_style_dag_with_text_formats_and_globs(tmp_path: Path, dag_stack:
         xcom = read_xcom(home, "s3ch_formats", task_id)
         assert xcom["written_rows"] == rows == _query_log_written_rows(dag_stack, xcom["query_id"]), task_id
         assert ch.execute(f"SELECT count() FROM default.{table}")[0][0] == rows, task_id
+
+
+def test_cluster_example_dag_goes_distributed(tmp_path: Path) -> None:
+    with LocalStack(nodes=3, region="eu-west-3") as stack:
+        stack.create_bucket("s3ch-sample")
+        data = write_posts(stack.s3_client(), "s3ch-sample", rows=24_000, months=6)
+        home = _run_dag(
+            tmp_path, ROOT / "example_dags", stack, "s3_to_clickhouse_posts_cluster", {"s3_uri": data.s3_uri}
+        )
+        xcom = read_xcom(home, "s3_to_clickhouse_posts_cluster", "load_posts")
+        assert xcom["strategy"] == "distributed"
+        assert xcom["written_rows"] == data.rows
+        per_node = {n["node"]: n["written_rows"] for n in xcom["nodes"]}
+        assert len(per_node) == 3 and all(rows > 0 for rows in per_node.values())
+        for node in stack.nodes:
+            local = stack.clickhouse_client(node.index).execute("SELECT count() FROM default.posts_local")[0][0]
+            assert local == per_node[node.address]
