@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from airflow_provider_s3ch.errors import InvalidRequestError
 
@@ -190,6 +190,19 @@ class LoadRequest(BaseModel):
                 )
             out[name] = value
         return out
+
+    @classmethod
+    def from_arguments(cls, **kwargs: Any) -> LoadRequest:
+        """Build a request from the operator's rendered arguments; any invalid one is an
+        :class:`InvalidRequestError` naming the argument, what it got and what it takes."""
+        try:
+            return cls(**kwargs)
+        except ValidationError as exc:
+            problems = []
+            for err in exc.errors():
+                name = ".".join(str(p) for p in err.get("loc", ())) or "argument"
+                problems.append(f"{name}={err.get('input')!r}: {err.get('msg')}")
+            raise InvalidRequestError("invalid operator argument: " + "; ".join(problems)) from None
 
     @property
     def bucket(self) -> str:

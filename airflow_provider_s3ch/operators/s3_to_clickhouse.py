@@ -107,7 +107,7 @@ class S3ToClickHouseOperator(BaseOperator):
     # ------------------------------------------------------------------ steps
     def build_request(self) -> LoadRequest:
         """Validate the rendered arguments (terminal errors name the argument and the fix)."""
-        return LoadRequest(
+        return LoadRequest.from_arguments(
             s3_uri=self.s3_uri,
             table=self.table,
             format=self.format or None,

@@ -1,0 +1,64 @@
+"""The request model: arguments as users write them, and clear errors for bad ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_s3ch.errors import AirflowFailException, InvalidRequestError
+from airflow_provider_s3ch.models import LoadRequest, TableRef, parse_size
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [("8GiB", 8 * 1024**3), ("512 MiB", 512 * 1024**2), ("2GB", 2 * 10**9), (1024, 1024), ("1.5GiB", 1610612736),
+     ("100", 100), (None, None), ("", None)],
+)
+def test_parse_size(text, size) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "8 GiBs", "-1", "0", "1e9", True, "GiB"])
+def test_parse_size_rejects_with_the_fix(text) -> None:
+    with pytest.raises(InvalidRequestError, match="8GiB"):
+        parse_size(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "db", "name"),
+    [("db.t", "db", "t"), ("t", None, "t"), ("`my.db`.`t``x`", "my.db", "t`x"), ("`a`", None, "a")],
+)
+def test_table_ref(text, db, name) -> None:
+    ref = TableRef.parse(text)
+    assert (ref.database, ref.name) == (db, name)
+
+
+@pytest.mark.parametrize("text", ["", "a.b.c", ".t", "db.", "`unclosed"])
+def test_table_ref_rejects(text) -> None:
+    with pytest.raises(InvalidRequestError):
+        TableRef.parse(text)
+
+
+@pytest.mark.parametrize("uri", ["https://b/x", "s3://", "s3://bucket", "s3://bucket/", "s3:///key", "s3://b*c/x"])
+def test_s3_uri_rejects(uri) -> None:
+    with pytest.raises(InvalidRequestError, match="s3://"):
+        LoadRequest.from_arguments(s3_uri=uri, table="t")
+
+
+def test_bad_literal_argument_is_terminal_and_named() -> None:
+    with pytest.raises(InvalidRequestError, match="region_check='maybe'") as info:
+        LoadRequest.from_arguments(s3_uri="s3://b/x/*.csv", table="t", region_check="maybe")
+    assert isinstance(info.value, AirflowFailException)
+
+
+def test_settings_validation() -> None:
+    r = LoadRequest.from_arguments(s3_uri="s3://b/x", table="t", settings={"max_threads": 4, "flag": True})
+    assert r.settings == {"max_threads": 4, "flag": 1}
+    with pytest.raises(InvalidRequestError, match="setting name"):
+        LoadRequest.from_arguments(s3_uri="s3://b/x", table="t", settings={"x; DROP": 1})
+    with pytest.raises(InvalidRequestError, match="number or a string"):
+        LoadRequest.from_arguments(s3_uri="s3://b/x", table="t", settings={"x": [1]})
+
+
+def test_bucket_and_pattern() -> None:
+    r = LoadRequest.from_arguments(s3_uri="s3://bkt/a/b/*.parquet", table="db.t", memory_cap="1GiB")
+    assert (r.bucket, r.key_pattern, r.memory_cap) == ("bkt", "a/b/*.parquet", 1024**3)
