@@ -15,7 +15,30 @@ def get_provider_info() -> dict[str, object]:
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_s3ch.hooks.clickhouse.ClickHouseHook",
+                "hook-name": "ClickHouse",
                 "connection-type": "clickhouse",
+                "ui-field-behaviour": {
+                    "relabeling": {"schema": "Database", "login": "User"},
+                    "placeholders": {"host": "clickhouse.example.com", "port": "9000", "schema": "default"},
+                },
+                "conn-fields": {
+                    "secure": {"label": "TLS (secure)", "schema": {"type": ["boolean", "null"], "default": False}},
+                    "cluster": {
+                        "label": "Cluster",
+                        "schema": {"type": ["string", "null"]},
+                        "description": "the cluster for distributed loads, as in system.clusters",
+                    },
+                    "region": {
+                        "label": "Region",
+                        "schema": {"type": ["string", "null"]},
+                        "description": "where the server runs (e.g. eu-west-3): enables the bucket region check",
+                    },
+                    "s3_endpoint_url": {
+                        "label": "S3 endpoint as ClickHouse reaches it",
+                        "schema": {"type": ["string", "null"]},
+                        "description": "when it differs from the worker's (MinIO, VPC endpoint)",
+                    },
+                },
             }
         ],
         "hooks": [

@@ -1,0 +1,41 @@
+"""The package is an Airflow provider: Airflow finds it, its connection type and its operator."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from airflow_provider_s3ch import __version__, get_provider_info
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator, make_query_id
+
+
+def test_airflow_lists_the_provider_and_its_connection_type() -> None:
+    code = (
+        "from airflow.providers_manager import ProvidersManager as P; p = P(); "
+        "print(p.providers['airflow-provider-s3ch'].version); "
+        "print(p.hooks['clickhouse'].hook_class_name)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    lines = [line.strip() for line in out.stdout.splitlines()]
+    assert __version__ in lines
+    assert "airflow_provider_s3ch.hooks.clickhouse.ClickHouseHook" in lines
+
+
+def test_provider_info_names_the_operator_module() -> None:
+    info = get_provider_info()
+    assert info["package-name"] == "airflow-provider-s3ch"
+    assert "airflow_provider_s3ch.operators.s3_to_clickhouse" in info["operators"][0]["python-modules"]
+
+
+def test_template_fields_include_connection_ids() -> None:
+    for name in ("s3_uri", "table", "memory_cap", "settings", "clickhouse_conn_id", "aws_conn_id"):
+        assert name in S3ToClickHouseOperator.template_fields
+
+
+def test_query_id_is_deterministic_per_task_instance_with_try_suffix() -> None:
+    a1 = make_query_id("dag", "task", "run", -1, 1)
+    a2 = make_query_id("dag", "task", "run", -1, 2)
+    assert a1 == make_query_id("dag", "task", "run", -1, 1)
+    assert a1.rsplit("-try", 1)[0] == a2.rsplit("-try", 1)[0] and a1.endswith("-try1") and a2.endswith("-try2")
+    assert make_query_id("dag", "task", "run", 0, 1) != a1
+    assert make_query_id("dag", "task", "run2", -1, 1) != a1
