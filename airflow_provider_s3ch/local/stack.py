@@ -284,17 +284,25 @@ class LocalStack:
             "extra": {"endpoint_url": self.s3_endpoint, "region_name": self.region},
         }
 
-    def airflow_env(self) -> dict[str, str]:
-        """``AIRFLOW_CONN_CLICKHOUSE_DEFAULT`` and ``AIRFLOW_CONN_AWS_DEFAULT`` for this stack."""
+    def airflow_env(
+        self, clickhouse_conn_id: str = "clickhouse_default", aws_conn_id: str = "aws_default"
+    ) -> dict[str, str]:
+        """``AIRFLOW_CONN_*`` variables for this stack (by default ``CLICKHOUSE_DEFAULT`` and ``AWS_DEFAULT``).
+
+        :param clickhouse_conn_id: the ClickHouse connection's id.
+        :param aws_conn_id: the AWS connection's id.
+        """
         return {
-            "AIRFLOW_CONN_CLICKHOUSE_DEFAULT": json.dumps(self.clickhouse_connection(0)),
-            "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(self.aws_connection()),
+            f"AIRFLOW_CONN_{clickhouse_conn_id.upper()}": json.dumps(self.clickhouse_connection(0)),
+            f"AIRFLOW_CONN_{aws_conn_id.upper()}": json.dumps(self.aws_connection()),
         }
 
     @contextlib.contextmanager
-    def environ(self) -> Iterator[dict[str, str]]:
+    def environ(
+        self, clickhouse_conn_id: str = "clickhouse_default", aws_conn_id: str = "aws_default"
+    ) -> Iterator[dict[str, str]]:
         """Set :meth:`airflow_env` in ``os.environ`` for the duration of the block."""
-        env = self.airflow_env()
+        env = self.airflow_env(clickhouse_conn_id, aws_conn_id)
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update(env)
         try:

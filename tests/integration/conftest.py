@@ -62,19 +62,6 @@ def env_conn():
 @pytest.fixture(scope="session")
 def cluster_stack() -> Iterator[LocalStack]:
     """Three ClickHouse nodes in one cluster; connections ``clickhouse_cluster`` and ``aws_cluster``."""
-    with LocalStack(nodes=3, region="eu-west-3") as s:
-        keys = {
-            "AIRFLOW_CONN_CLICKHOUSE_CLUSTER": json.dumps(s.clickhouse_connection(0)),
-            "AIRFLOW_CONN_AWS_CLUSTER": json.dumps(s.aws_connection()),
-        }
-        saved = {k: os.environ.get(k) for k in keys}
-        os.environ.update(keys)
+    with LocalStack(nodes=3, region="eu-west-3") as s, s.environ("clickhouse_cluster", "aws_cluster"):
         s.create_bucket(SAMPLE_BUCKET)
-        try:
-            yield s
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
+        yield s
