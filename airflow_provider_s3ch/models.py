@@ -16,6 +16,7 @@ from airflow_provider_s3ch.errors import InvalidRequestError
 
 RegionCheck = Literal["warn", "fail", "off"]
 Strategy = Literal["auto", "single", "distributed"]
+Mode = Literal["append", "replace_partitions", "overwrite"]
 SettingValue = int | float | str
 
 _UNITS = {
@@ -132,6 +133,7 @@ class LoadRequest(BaseModel):
     strategy: Strategy = "auto"
     cluster: str | None = None
     dry_run: bool = False
+    mode: Mode = "append"
 
     @field_validator("table", mode="before")
     @classmethod
@@ -233,6 +235,11 @@ class Manifest(BaseModel):
     compression: str | None = None
     region: str | None = None
     list_calls: int = 0
+    #: Parquet only, from the footers of a sample of the files (None when not read): the
+    #: estimated uncompressed size of all the files, and the largest uncompressed row group seen.
+    uncompressed_bytes: int | None = None
+    max_row_group_bytes: int | None = None
+    footer_files: int = 0
 
     @property
     def file_count(self) -> int:
@@ -254,6 +261,8 @@ class Manifest(BaseModel):
             "region": self.region,
             "largest_file_bytes": sizes[-1] if sizes else 0,
             "median_file_bytes": sizes[len(sizes) // 2] if sizes else 0,
+            "uncompressed_bytes": self.uncompressed_bytes,
+            "max_row_group_bytes": self.max_row_group_bytes,
         }
 
 
@@ -368,29 +377,27 @@ class S3Credentials(BaseModel):
         return out
 
 
-class NodeMetrics(BaseModel):
+class QueryFigures(BaseModel):
+    """What ``system.query_log`` says of one query."""
+
+    query_id: str
+    written_rows: int
+    written_bytes: int
+    read_rows: int
+    read_bytes: int
+    duration_ms: int
+    memory_usage: int
+
+
+class NodeMetrics(QueryFigures):
     """One node's share of a load, from that node's ``system.query_log``."""
 
     node: str
-    query_id: str
-    written_rows: int
-    written_bytes: int
-    read_rows: int
-    read_bytes: int
-    duration_ms: int
-    memory_usage: int
 
 
-class LoadMetrics(BaseModel):
-    """The load's figures from ``system.query_log``."""
+class LoadMetrics(QueryFigures):
+    """The load's figures from ``system.query_log``: totals, the settings it ran with, per node."""
 
-    query_id: str
-    written_rows: int
-    written_bytes: int
-    read_rows: int
-    read_bytes: int
-    duration_ms: int
-    memory_usage: int
     settings: dict[str, str] = Field(default_factory=dict)
     nodes: list[NodeMetrics] = Field(default_factory=list)
 

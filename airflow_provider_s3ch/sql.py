@@ -238,3 +238,68 @@ def scrub(text: str, credentials: S3Credentials | None) -> str:
             if form and form not in REDACTED:
                 text = text.replace(form, REDACTED)
     return text
+
+
+# ---------------------------------------------------------------------- staging and partitions
+# Statements for the staging table that retry-safe modes load into (see modes.py).
+
+
+def render_create_staging(staging: TableRef, target: TableRef) -> str:
+    """``CREATE TABLE staging AS target``: same columns, engine, partition key, ORDER BY, settings.
+
+    :param staging: the staging table.
+    :param target: the table whose structure it copies.
+    """
+    return f"CREATE TABLE {render_table(staging)} AS {render_table(target)}"
+
+
+def render_drop_table(table: TableRef) -> str:
+    """``DROP TABLE IF EXISTS t SYNC``.
+
+    :param table: the table.
+    """
+    return f"DROP TABLE IF EXISTS {render_table(table)} SYNC"
+
+
+def render_set_comment(table: TableRef, comment: str) -> str:
+    """``ALTER TABLE t MODIFY COMMENT '...'``.
+
+    :param table: the table.
+    :param comment: the new comment.
+    """
+    return f"ALTER TABLE {render_table(table)} MODIFY COMMENT {quote_literal(comment)}"
+
+
+def render_move_partition(staging: TableRef, target: TableRef, partition_id: str) -> str:
+    """``ALTER TABLE staging MOVE PARTITION ID 'p' TO TABLE target``: atomic per partition.
+
+    :param staging: the table the partition leaves.
+    :param target: the table it joins.
+    :param partition_id: the partition's id (``system.parts.partition_id``).
+    """
+    return (
+        f"ALTER TABLE {render_table(staging)} MOVE PARTITION ID {quote_literal(partition_id)} "
+        f"TO TABLE {render_table(target)}"
+    )
+
+
+def render_replace_partition(target: TableRef, staging: TableRef, partition_id: str) -> str:
+    """``ALTER TABLE target REPLACE PARTITION ID 'p' FROM staging``: atomic per partition, idempotent.
+
+    :param target: the table whose partition is replaced.
+    :param staging: the table holding the new partition (it keeps its copy).
+    :param partition_id: the partition's id (``system.parts.partition_id``).
+    """
+    return (
+        f"ALTER TABLE {render_table(target)} REPLACE PARTITION ID {quote_literal(partition_id)} "
+        f"FROM {render_table(staging)}"
+    )
+
+
+def render_exchange(a: TableRef, b: TableRef) -> str:
+    """``EXCHANGE TABLES a AND b``: atomic swap of two tables' names (Atomic databases).
+
+    :param a: one table.
+    :param b: the other.
+    """
+    return f"EXCHANGE TABLES {render_table(a)} AND {render_table(b)}"

@@ -16,6 +16,7 @@ from airflow_provider_s3ch.errors import (
     LoadError,
     TableError,
 )
+from airflow_provider_s3ch.modes import EarlierTry
 from airflow_provider_s3ch.models import (
     ClusterNode,
     LoadMetrics,
@@ -269,12 +270,160 @@ class ClickHouseHook(BaseHook):
             raise self.translate_error(exc) from exc
 
     def kill_query(self, query_id: str, nodes: Sequence[ClusterNode] = ()) -> None:
-        """``KILL QUERY`` a query id on each node (best effort)."""
-        for _, client in self.node_clients(nodes):
+        """``KILL QUERY`` a query id (and its secondary queries) on each node (best effort).
+
+        Runs on fresh connections: the hook's own client is busy with the load while
+        ``on_kill`` runs in another thread, and a native-protocol connection takes one
+        query at a time.
+        """
+        targets = [(n.host, n.port) for n in nodes] or [(self.connection.host or "localhost", self._port())]
+        for host, port in targets:
             try:
-                client.execute("KILL QUERY WHERE query_id = %(q)s ASYNC", {"q": query_id})
+                client = self.client_for(host, port)
+                try:
+                    client.execute(
+                        "KILL QUERY WHERE query_id = %(q)s OR initial_query_id = %(q)s ASYNC", {"q": query_id}
+                    )
+                finally:
+                    client.disconnect()
             except Exception as exc:  # noqa: BLE001 - best effort on kill
-                self.log.warning("KILL QUERY failed: %s", exc)
+                self.log.warning("KILL QUERY on %s:%s failed: %s", host, port, exc)
+
+    # ------------------------------------------------------------------ earlier tries
+    def earlier_tries(self, id_regex: str, nodes: Sequence[ClusterNode] = ()) -> list[EarlierTry]:
+        """Every query whose id matches ``id_regex``: running (``system.processes``, the query
+        itself or its secondary queries) or done (``system.query_log``, after flushing), on
+        each node (the connection's node when ``nodes`` is empty).
+
+        :param id_regex: an RE2 pattern for ``match(query_id, …)``, e.g. ``^s3ch-<stem>-try[0-9]+$``.
+        :param nodes: the cluster's nodes for a distributed load.
+        """
+        out: list[EarlierTry] = []
+        for address, client in self.node_clients(nodes):
+            running = self.execute(
+                "SELECT DISTINCT if(match(query_id, %(r)s), query_id, initial_query_id) FROM system.processes "
+                "WHERE match(query_id, %(r)s) OR match(initial_query_id, %(r)s)",
+                {"r": id_regex},
+                client=client,
+            )
+            for (query_id,) in running:
+                out.append(self._earlier(query_id, "running", None, address))
+            self.execute("SYSTEM FLUSH LOGS", client=client)
+            done = self.execute(
+                "SELECT query_id, type, exception FROM system.query_log "
+                "WHERE match(query_id, %(r)s) AND is_initial_query AND type != 'QueryStart' "
+                "AND event_date >= yesterday() ORDER BY event_time_microseconds",
+                {"r": id_regex},
+                client=client,
+            )
+            for query_id, kind, exception in done:
+                state = "finished" if str(kind) == "QueryFinish" else "failed"
+                error = str(exception).split("Stack trace:")[0].strip() or None
+                out.append(self._earlier(query_id, state, error, address))
+        return out
+
+    @staticmethod
+    def _earlier(query_id: str, state: str, error: str | None, node: str) -> EarlierTry:
+        m = re.search(r"-try(\d+)$", str(query_id))
+        return EarlierTry(
+            query_id=str(query_id), try_number=int(m.group(1)) if m else 0, state=state, error=error, node=node
+        )
+
+    def running_queries(
+        self, query_ids: Sequence[str], nodes: Sequence[ClusterNode] = ()
+    ) -> list[tuple[str, str, float, int, int]]:
+        """(node, query_id, elapsed, read_rows, written_rows) of each running query among
+        ``query_ids`` or their secondary queries, on each node.
+
+        :param query_ids: the queries.
+        :param nodes: the cluster's nodes (the connection's node when empty).
+        """
+        running: list[tuple[str, str, float, int, int]] = []
+        for address, client in self.node_clients(nodes):
+            rows = self.execute(
+                "SELECT query_id, elapsed, read_rows, written_rows FROM system.processes "
+                "WHERE query_id IN %(q)s OR initial_query_id IN %(q)s",
+                {"q": tuple(query_ids)},
+                client=client,
+            )
+            running.extend((address, str(r[0]), float(r[1]), int(r[2]), int(r[3])) for r in rows)
+        return running
+
+    def wait_for_queries(
+        self, query_ids: Sequence[str], nodes: Sequence[ClusterNode] = (), *, timeout: float, poll: float = 1.0,
+        log: Any = None,
+    ) -> None:
+        """Wait until none of ``query_ids`` (nor their secondary queries) runs on any node.
+
+        :param query_ids: the queries to wait for.
+        :param nodes: the cluster's nodes for a distributed load.
+        :param timeout: seconds; then :class:`LoadError` (the task's retries apply).
+        :param poll: seconds between looks at ``system.processes``.
+        :param log: a logger for progress lines.
+        """
+        deadline = time.monotonic() + timeout
+        last_log = 0.0
+        while True:
+            running = self.running_queries(query_ids, nodes)
+            if not running:
+                return
+            if time.monotonic() > deadline:
+                raise LoadError(
+                    f"earlier try {', '.join(query_ids)} still runs after {timeout:.0f} s; not starting a second "
+                    "load of the same files (kill it with KILL QUERY, or raise earlier_try_timeout)"
+                )
+            if log is not None and time.monotonic() - last_log >= 10:
+                last_log = time.monotonic()
+                for address, query_id, elapsed, read_rows, written_rows in running:
+                    log.info(
+                        "Waiting for earlier try %s on %s: %.0f s, %d rows read, %d written",
+                        query_id, address, elapsed, read_rows, written_rows,
+                    )
+            time.sleep(poll)
+
+    # ------------------------------------------------------------------ staging
+    def table_exists(self, table: TableRef) -> bool:
+        """Whether the table exists (its database defaults to the connection's)."""
+        return self.table_comment(table) is not None
+
+    def table_comment(self, table: TableRef) -> str | None:
+        """The table's comment ('' when none); None when the table does not exist."""
+        rows = self.execute(
+            "SELECT comment FROM system.tables WHERE database = %(d)s AND name = %(t)s",
+            {"d": table.database or self.database, "t": table.name},
+        )
+        return str(rows[0][0]) if rows else None
+
+    def database_engine(self, database: str) -> str | None:
+        """The database's engine (``Atomic``, ``Replicated``, ``Ordinary``…); None when unknown."""
+        rows = self.execute("SELECT engine FROM system.databases WHERE name = %(d)s", {"d": database})
+        return str(rows[0][0]) if rows else None
+
+    def dependent_views(self, table: TableRef) -> list[str]:
+        """Materialized views (and other dependents) that read from the table, ``db.name``."""
+        rows = self.execute(
+            "SELECT dependencies_database, dependencies_table FROM system.tables "
+            "WHERE database = %(d)s AND name = %(t)s",
+            {"d": table.database or self.database, "t": table.name},
+        )
+        if not rows:
+            return []
+        databases, tables = rows[0]
+        return [f"{d}.{t}" for d, t in zip(databases, tables, strict=False)]
+
+    def partitions(self, table: TableRef) -> list[tuple[str, str]]:
+        """(partition_id, partition) of the table's active parts that hold rows, in order.
+
+        A partition moved away leaves an active empty part behind for a while: it is no
+        partition of the table's data (and must never replace a partition of the target).
+        """
+        rows = self.execute(
+            "SELECT partition_id, any(partition) FROM system.parts "
+            "WHERE database = %(d)s AND table = %(t)s AND active AND rows > 0 "
+            "GROUP BY partition_id ORDER BY partition_id",
+            {"d": table.database or self.database, "t": table.name},
+        )
+        return [(str(pid), str(value)) for pid, value in rows]
 
     # ------------------------------------------------------------------ profile
     def get_profile(self, table: TableRef, cluster: str | None = None) -> ServerProfile:

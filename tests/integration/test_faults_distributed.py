@@ -1,0 +1,116 @@
+"""Attach-don't-repeat and on_kill for a distributed load (s3Cluster into a Distributed table),
+on the real three-node local cluster.
+
+Distributed targets load directly (no staging table on every shard yet): a retry never
+runs a second insert beside a running or finished earlier try, but the rows a *failed*
+try committed stay (see docs/retries-and-modes.md).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from airflow_provider_s3ch.errors import ClickHouseUnavailableError, LoadError
+from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.local.sample import POSTS_DDL, SampleDataset, write_posts
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator, make_query_id
+from tests.integration.faults import BlackholeProxy, outcome, wait_running
+from tests.integration.support import SAMPLE_BUCKET, count, fake_context
+from tests.integration.test_faults import run_in_thread
+
+#: ~10 MB per node at 1.5 MB/s: a distributed load of several seconds.
+SLOW = {"max_remote_read_network_bandwidth": 1_500_000}
+
+
+@pytest.fixture(scope="module")
+def dfiles(cluster_stack: LocalStack) -> SampleDataset:
+    return write_posts(cluster_stack.s3_client(), SAMPLE_BUCKET, rows=120_000, months=12, prefix="dfaults/")
+
+
+@pytest.fixture
+def dist(cluster_stack: LocalStack) -> str:
+    table, _ = cluster_stack.create_distributed_table(
+        f"dposts_{uuid.uuid4().hex[:6]}", POSTS_DDL.replace("{engine}", "MergeTree")
+    )
+    return table
+
+
+def _secondary(stack: LocalStack, query_id: str) -> list[int]:
+    """How many secondary queries of ``query_id`` run on each node."""
+    return [
+        int(stack.clickhouse_client(i).execute(
+            "SELECT count() FROM system.processes WHERE initial_query_id = %(q)s AND query_id != %(q)s",
+            {"q": query_id},
+        )[0][0])
+        for i in range(len(stack.nodes))
+    ]
+
+
+@pytest.fixture
+def faulty_cluster_conn(cluster_stack: LocalStack, env_conn) -> Iterator[tuple[str, BlackholeProxy]]:
+    proxy = BlackholeProxy(cluster_stack.nodes[0].tcp_port)
+    conn = cluster_stack.clickhouse_connection(0, send_receive_timeout=2)
+    conn["port"] = proxy.port
+    env_conn("clickhouse_cluster_faulty", conn)
+    yield "clickhouse_cluster_faulty", proxy
+    proxy.close()
+
+
+def test_distributed_retry_waits_for_the_running_load_on_every_node(
+    cluster_stack: LocalStack, dfiles: SampleDataset, dist: str, faulty_cluster_conn
+) -> None:
+    conn_id, proxy = faulty_cluster_conn
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    try1, try2 = (make_query_id("it", "load", run_id, -1, n) for n in (1, 2))
+    kwargs = {"s3_uri": dfiles.s3_uri, "table": dist, "aws_conn_id": "aws_cluster", "settings": SLOW}
+    thread, box = run_in_thread(
+        S3ToClickHouseOperator(task_id="load", clickhouse_conn_id=conn_id, **kwargs), fake_context("load", 1, run_id)
+    )
+    wait_running(cluster_stack, try1, min_written=0)
+    deadline = time.monotonic() + 30
+    while sum(1 for n in _secondary(cluster_stack, try1) if n) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proxy.cut()
+    thread.join(timeout=60)
+    assert isinstance(box.get("error"), ClickHouseUnavailableError), box
+    assert any(_secondary(cluster_stack, try1)), "the load should still run on the nodes"
+
+    result = S3ToClickHouseOperator(task_id="load", clickhouse_conn_id="clickhouse_cluster", **kwargs).execute(
+        fake_context("load", 2, run_id)
+    )
+    assert result["strategy"] == "distributed" and result["mode"] == "append" and result["staging_table"] is None
+    assert result["attached_to"] == try1
+    assert outcome(cluster_stack, try2) is None, "try 2 must not insert"
+    assert result["written_rows"] == dfiles.rows == count(cluster_stack, dist)
+    assert len(result["nodes"]) == 3
+
+
+def test_distributed_on_kill_kills_the_query_on_every_node(
+    cluster_stack: LocalStack, dfiles: SampleDataset, dist: str
+) -> None:
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    try1 = make_query_id("it", "load", run_id, -1, 1)
+    op = S3ToClickHouseOperator(
+        task_id="load", s3_uri=dfiles.s3_uri, table=dist, clickhouse_conn_id="clickhouse_cluster",
+        aws_conn_id="aws_cluster", settings=SLOW,
+    )
+    thread, box = run_in_thread(op, fake_context("load", 1, run_id))
+    wait_running(cluster_stack, try1, min_written=0)
+    deadline = time.monotonic() + 30
+    while sum(1 for n in _secondary(cluster_stack, try1) if n) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert all(_secondary(cluster_stack, try1)), "each node runs its share"
+    op.on_kill()
+    deadline = time.monotonic() + 10
+    while any(_secondary(cluster_stack, try1)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_secondary(cluster_stack, try1)), "KILL QUERY must reach every node"
+    thread.join(timeout=30)
+    assert isinstance(box.get("error"), LoadError), box
+    partial = count(cluster_stack, dist)
+    assert partial < dfiles.rows  # direct insert: what the killed try committed stays (documented)
+    print(f"\ndistributed on_kill: killed on 3 nodes; {partial} of {dfiles.rows} rows committed before the kill stay")

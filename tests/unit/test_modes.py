@@ -1,0 +1,186 @@
+"""Pure decisions for retry-safe loads: the steps a mode needs, what a retry does. No server."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_provider_s3ch.errors import InvalidRequestError, PlanError
+from airflow_provider_s3ch.models import LoadRequest, TableInfo, TableRef
+from airflow_provider_s3ch.modes import (
+    STAGING_PREFIX,
+    EarlierTry,
+    decide_resume,
+    first_try_of_series,
+    overwrite_steps,
+    plan_steps,
+    query_id_regex,
+    split_query_id,
+    staging_marker,
+    staging_table,
+)
+from airflow_provider_s3ch.operators.s3_to_clickhouse import make_query_id
+from airflow_provider_s3ch.sql import (
+    render_create_staging,
+    render_drop_table,
+    render_exchange,
+    render_move_partition,
+    render_replace_partition,
+    render_set_comment,
+)
+
+STEM = "0123456789abcdef0123"
+MT = TableInfo(database="db", name="posts", engine="MergeTree", partition_key="toYYYYMM(CreationDate)")
+DIST = TableInfo(database="db", name="posts", engine="Distributed", local_engine="MergeTree")
+REPL = TableInfo(database="db", name="posts", engine="ReplicatedMergeTree")
+MEM = TableInfo(database="db", name="posts", engine="Memory")
+
+
+# --- query ids --------------------------------------------------------------------------
+
+
+def test_query_id_round_trip() -> None:
+    qid = make_query_id("dag", "task", "run", -1, 3)
+    stem, n = split_query_id(qid)
+    assert n == 3 and qid == f"s3ch-{stem}-try3"
+    assert make_query_id("dag", "task", "run", -1, 1).startswith(f"s3ch-{stem}-")
+
+
+@pytest.mark.parametrize("bad", ["", "s3ch-xyz-try1", "s3ch-abc-try", "other-abc-try1", "s3ch-abc-try1; DROP"])
+def test_split_query_id_rejects(bad: str) -> None:
+    with pytest.raises(InvalidRequestError):
+        split_query_id(bad)
+
+
+def test_query_id_regex_only_takes_hex_stems() -> None:
+    assert query_id_regex(STEM) == f"^s3ch-{STEM}-try[0-9]+$"
+    with pytest.raises(InvalidRequestError):
+        query_id_regex("abc'); DROP TABLE x; --")
+
+
+# --- steps ------------------------------------------------------------------------------
+
+
+def test_mode_defaults_to_append_and_rejects_unknown() -> None:
+    assert LoadRequest.from_arguments(s3_uri="s3://bkt/x.csv", table="t").mode == "append"
+    with pytest.raises(InvalidRequestError, match="mode"):
+        LoadRequest.from_arguments(s3_uri="s3://bkt/x.csv", table="t", mode="upsert")
+    with pytest.raises(InvalidRequestError, match="append, replace_partitions, overwrite"):
+        plan_steps("upsert", MT, STEM)
+
+
+def test_staging_table_name_derives_from_the_stem_in_the_target_database() -> None:
+    assert staging_table(MT, STEM) == TableRef(database="db", name=f"{STAGING_PREFIX}{STEM}")
+
+
+@pytest.mark.parametrize(
+    ("mode", "finalize"), [("append", "move"), ("replace_partitions", "replace"), ("overwrite", "exchange")]
+)
+def test_mergetree_target_goes_through_staging(mode: str, finalize: str) -> None:
+    steps = plan_steps(mode, MT, STEM)
+    assert steps.staging == staging_table(MT, STEM) and steps.insert_into == steps.staging
+    assert steps.finalize == finalize and steps.target == TableRef(database="db", name="posts")
+    assert steps.marker == (staging_marker(STEM) if mode == "overwrite" else None)
+
+
+@pytest.mark.parametrize("table", [DIST, REPL, MEM])
+def test_append_into_unstageable_target_is_direct_and_says_so(table: TableInfo) -> None:
+    steps = plan_steps("append", table, STEM)
+    assert steps.staging is None and steps.finalize == "none" and steps.insert_into == steps.target
+    assert "direct insert" in steps.reason and "failed try may leave" in steps.reason
+
+
+@pytest.mark.parametrize("mode", ["replace_partitions", "overwrite"])
+@pytest.mark.parametrize(("table", "word"), [(DIST, "Distributed"), (REPL, "Replicated"), (MEM, "not a MergeTree")])
+def test_replace_modes_refuse_unstageable_targets(mode: str, table: TableInfo, word: str) -> None:
+    with pytest.raises(PlanError, match=word):
+        plan_steps(mode, table, STEM)
+
+
+def test_materialized_views_keep_append_direct_and_warn_in_replace_modes() -> None:
+    steps = plan_steps("append", MT, STEM, dependent_views=["db.mv"])
+    assert steps.staging is None and "db.mv" in steps.reason
+    steps = plan_steps("replace_partitions", MT, STEM, dependent_views=["db.mv"])
+    assert steps.staging is not None and any("db.mv" in w for w in steps.warnings)
+
+
+def test_overwrite_needs_exchange_tables() -> None:
+    with pytest.raises(PlanError, match="Ordinary"):
+        plan_steps("overwrite", MT, STEM, database_engine="Ordinary")
+    assert plan_steps("overwrite", MT, STEM, database_engine="Atomic").finalize == "exchange"
+    assert plan_steps("replace_partitions", MT, STEM, database_engine="Ordinary").finalize == "replace"
+
+
+# --- retries ----------------------------------------------------------------------------
+
+
+def _try(n: int, state: str) -> EarlierTry:
+    return EarlierTry(query_id=f"s3ch-{STEM}-try{n}", try_number=n, state=state)
+
+
+def test_first_try_loads() -> None:
+    assert decide_resume([], 1).action == "load"
+
+
+def test_running_earlier_try_is_waited_for() -> None:
+    r = decide_resume([_try(1, "running")], 2)
+    assert r.action == "wait" and r.query_ids == [f"s3ch-{STEM}-try1"]
+
+
+def test_finished_earlier_try_is_attached_to() -> None:
+    r = decide_resume([_try(1, "finished")], 2)
+    assert r.action == "attach" and r.query_ids == [f"s3ch-{STEM}-try1"]
+
+
+def test_failed_earlier_try_loads_afresh() -> None:
+    r = decide_resume([_try(1, "failed"), _try(2, "failed")], 3)
+    assert r.action == "load" and "failed" in r.reason
+
+
+def test_the_latest_try_that_ran_decides() -> None:
+    # try 1 finished, try 2 (its log entry lost to try 2) loaded afresh and failed: its staging is partial.
+    assert decide_resume([_try(1, "finished"), _try(2, "failed")], 3).action == "load"
+    assert decide_resume([_try(1, "failed"), _try(2, "finished")], 3).query_ids == [f"s3ch-{STEM}-try2"]
+
+
+def test_own_and_later_tries_do_not_count() -> None:
+    assert decide_resume([_try(2, "finished"), _try(3, "running")], 2).action == "load"
+
+
+def test_tries_before_a_clear_do_not_count() -> None:
+    # retries=2; the task succeeded on try 1 and was cleared: max_tries = 1 + 2, try 2 is a new series.
+    first = first_try_of_series(2, max_tries=3, retries=2)
+    assert first == 2
+    r = decide_resume([_try(1, "finished")], 2, first)
+    assert r.action == "load" and "cleared" in r.reason
+    assert first_try_of_series(3, max_tries=2, retries=2) == 1  # plain retries: every try counts
+    assert first_try_of_series(2, None, None) == 1
+
+
+# --- SQL ----------------------------------------------------------------------------------
+
+
+def test_staging_statements_quote_every_name() -> None:
+    target = TableRef(database="d`b", name="t'x")
+    stage = TableRef(database="d`b", name=f"{STAGING_PREFIX}{STEM}")
+    assert render_create_staging(stage, target) == f"CREATE TABLE `d\\`b`.`{STAGING_PREFIX}{STEM}` AS `d\\`b`.`t'x`"
+    assert render_drop_table(stage) == f"DROP TABLE IF EXISTS `d\\`b`.`{STAGING_PREFIX}{STEM}` SYNC"
+    assert render_move_partition(stage, target, "2008'07") == (
+        f"ALTER TABLE `d\\`b`.`{STAGING_PREFIX}{STEM}` MOVE PARTITION ID '2008\\'07' TO TABLE `d\\`b`.`t'x`"
+    )
+    assert render_replace_partition(target, stage, "200807") == (
+        f"ALTER TABLE `d\\`b`.`t'x` REPLACE PARTITION ID '200807' FROM `d\\`b`.`{STAGING_PREFIX}{STEM}`"
+    )
+    assert render_exchange(target, stage) == f"EXCHANGE TABLES `d\\`b`.`t'x` AND `d\\`b`.`{STAGING_PREFIX}{STEM}`"
+    assert render_set_comment(target, "it's") == "ALTER TABLE `d\\`b`.`t'x` MODIFY COMMENT 'it\\'s'"
+
+
+# --- overwrite: where a swap stands ------------------------------------------------------
+
+
+def test_overwrite_steps_from_the_comments() -> None:
+    m = staging_marker(STEM)
+    assert overwrite_steps(m, "orig", m) == ["exchange", "restore_comment", "drop_staging"]  # not swapped yet
+    assert overwrite_steps("orig", m, m) == ["restore_comment", "drop_staging"]  # swapped, crashed before restore
+    assert overwrite_steps("orig", "orig", m) == ["drop_staging"]  # restored, crashed before the drop
+    assert overwrite_steps(None, "orig", m) == []  # all done
+    assert overwrite_steps(None, m, m) == ["restore_comment"]
