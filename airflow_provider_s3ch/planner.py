@@ -12,8 +12,11 @@ The rules follow ClickHouse's guide "Optimizing for S3 Insert and Read Performan
 budget / (3 x threads)``, ``min_insert_block_size_rows = 0``, 50 MiB download buffers
 for files one thread should read whole, ``s3Cluster`` with
 ``parallel_distributed_insert_select = 2`` when there are more files than nodes,
-``insert_deduplicate = 0`` and ``optimize_on_insert = 0``), plus one rule of our own:
-the insert block is also sized by the data, see :func:`block_size`.
+``insert_deduplicate = 0`` and ``optimize_on_insert = 0``), plus rules of our own, from
+the benchmark (``make bench``, docs/benchmarks.md): at least two insert threads
+(:func:`insert_threads`), the insert block also sized by the data (:func:`block_size`, with
+Parquet's uncompressed size from its footers when the manifest has it), and fewer threads
+when the budget cannot hold the largest Parquet row group per thread (:func:`row_group_threads`).
 """
 
 from __future__ import annotations
@@ -54,9 +57,16 @@ MIN_BUDGET_BYTES = 64 * MiB
 #: server in merges.
 MIN_BLOCK_BYTES = 1 * MiB
 
-#: ClickHouse's default ``min_insert_block_size_bytes``: the data-based cap never goes
-#: below it (only the memory formula may).
+#: ClickHouse's default ``min_insert_block_size_bytes`` (with ``min_insert_block_size_rows``
+#: ~1M rows, whichever comes first).
 DEFAULT_BLOCK_BYTES = 256 * MiB
+
+#: The data-based cap never goes below this (only the memory formula may): smaller blocks
+#: make more parts per partition and more merges. In the benchmark (2 cores, 100-650 MB
+#: uncompressed per load, 2 threads) 64 MiB blocks were faster than 256 MiB in 10 of 12 loads and
+#: within 4 % in the other 2, with less memory; 1 GiB blocks were slower in 12 of 12
+#: (docs/benchmarks.md).
+MIN_DATA_BLOCK_BYTES = 64 * MiB
 
 #: The data-based cap aims at this many blocks per insert thread at least, so that
 #: reading and writing overlap. One huge block per thread measured 2-3x slower than the
@@ -66,6 +76,19 @@ MIN_BLOCKS_PER_THREAD = 4
 #: The guide's divisor: a block is built, sorted and compressed, so about three copies of
 #: it live in memory per insert thread.
 BLOCK_MEMORY_FACTOR = 3
+
+#: Insert threads never go below this (or the core count, if smaller). The guide's "half the
+#: cores" gives 1 thread on a 2-core server, where ClickHouse's own default (``max_insert_threads``
+#: = the cores here) uses 2; with the same 64 MiB blocks, one thread was slower than two in 11
+#: of 12 benchmark loads (4 datasets x 3 runs, up to 2.4x; docs/benchmarks.md). From 4 cores up,
+#: half the cores is at least this anyway.
+MIN_INSERT_THREADS = 2
+
+#: Peak memory of one reading thread per byte of the largest uncompressed Parquet row group:
+#: the compressed chunk, its decompressed pages, the decoded columns and the insert block built
+#: from them. Measured 5.5-6.5x at 1 thread on 204-225 MiB row groups, and a 1 GiB cap failed
+#: with 204 MiB row groups (docs/benchmarks.md).
+ROW_GROUP_MEMORY_FACTOR = 6
 
 #: Uncompressed in-memory size / file size for formats that compress internally,
 #: whatever the outer compression says. Rough, from typical datasets; tune from benchmarks.
@@ -143,12 +166,27 @@ def fmt_bytes(n: float) -> str:
 
 
 def insert_threads(cores: int) -> int:
-    """The guide's ``max_insert_threads``: half the cores, at least one.
+    """``max_insert_threads``: the guide's half of the cores, but at least :data:`MIN_INSERT_THREADS`.
 
     :param cores: the cores of one node.
-    :return: ``max(1, cores // 2)``.
+    :return: ``max(min(cores, MIN_INSERT_THREADS), cores // 2)``: 1 core -> 1, 2-5 -> 2, 8 -> 4, 64 -> 32.
     """
-    return max(1, cores // 2)
+    return max(1, min(cores, MIN_INSERT_THREADS), cores // 2)
+
+
+def row_group_threads(budget: int, threads: int, max_row_group_bytes: int | None) -> int:
+    """How many insert threads the budget can feed when each reads a row group of the given size.
+
+    :param budget: per-node memory budget.
+    :param threads: the threads chosen so far.
+    :param max_row_group_bytes: the largest uncompressed row group (Parquet footers), or None.
+    :return: ``threads`` lowered so that ``threads x ROW_GROUP_MEMORY_FACTOR x row group <= budget``,
+        at least 1; ``threads`` when the row-group size is unknown.
+    """
+    if not max_row_group_bytes:
+        return threads
+    fit = budget // (ROW_GROUP_MEMORY_FACTOR * max_row_group_bytes)
+    return max(1, min(threads, fit))
 
 
 def expansion_factor(fmt: str, compression: str | None) -> float:
@@ -179,9 +217,10 @@ def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
     """``min_insert_block_size_bytes``: the guide's memory formula, capped by the data.
 
     formula = ``budget // (BLOCK_MEMORY_FACTOR x threads)`` (the guide);
-    data cap = ``max(DEFAULT_BLOCK_BYTES, data_bytes // (threads x MIN_BLOCKS_PER_THREAD))``,
+    data cap = ``max(MIN_DATA_BLOCK_BYTES, data_bytes // (threads x MIN_BLOCKS_PER_THREAD))``,
     so a thread writes several blocks and its reads and writes overlap, and the cap never
-    goes below ClickHouse's default. The block is ``min(formula, data cap)``.
+    goes below :data:`MIN_DATA_BLOCK_BYTES`. The block is ``min(formula, data cap)``: large
+    loads get the guide's formula, small and medium ones blocks sized by their data.
 
     :param budget: per-node memory budget in bytes.
     :param threads: insert threads per node.
@@ -190,19 +229,19 @@ def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
     """
     formula = budget // (BLOCK_MEMORY_FACTOR * threads)
     per_thread_share = data_bytes // (threads * MIN_BLOCKS_PER_THREAD)
-    data_cap = max(DEFAULT_BLOCK_BYTES, per_thread_share)
+    data_cap = max(MIN_DATA_BLOCK_BYTES, per_thread_share)
     formula_text = (
         f"memory formula {fmt_bytes(budget)} / ({BLOCK_MEMORY_FACTOR} x {threads} threads) = {fmt_bytes(formula)}"
     )
     cap_text = (
-        f"data cap max({fmt_bytes(DEFAULT_BLOCK_BYTES)}, ~{fmt_bytes(data_bytes)} uncompressed / "
+        f"data cap max({fmt_bytes(MIN_DATA_BLOCK_BYTES)}, ~{fmt_bytes(data_bytes)} uncompressed / "
         f"({threads} threads x {MIN_BLOCKS_PER_THREAD} blocks)) = {fmt_bytes(data_cap)}"
     )
     if formula <= data_cap:
         return formula, f"{formula_text} (the guide), under the {cap_text}"
-    if per_thread_share <= DEFAULT_BLOCK_BYTES:
+    if per_thread_share <= MIN_DATA_BLOCK_BYTES:
         return data_cap, (
-            f"ClickHouse's default {fmt_bytes(DEFAULT_BLOCK_BYTES)}: ~{fmt_bytes(data_bytes)} uncompressed is too "
+            f"the floor {fmt_bytes(MIN_DATA_BLOCK_BYTES)}: ~{fmt_bytes(data_bytes)} uncompressed is too "
             f"little for bigger blocks; the {formula_text} (the guide) would make one huge block per thread, "
             "and reads and writes would no longer overlap"
         )
@@ -237,6 +276,9 @@ def make_plan(request: LoadRequest, manifest: Manifest, profile: ServerProfile, 
         warnings.append(budget.warning)
 
     settings = plan_settings(request, manifest, profile, budget, nodes)
+    row_group_warning = row_group_check(manifest, budget)
+    if row_group_warning:
+        warnings.append(row_group_warning)
     fmt = request.format or manifest.format
     structure_warning = structure_check(fmt, request.structure)
     if structure_warning:
@@ -340,23 +382,39 @@ def plan_settings(
 
     cores, cores_text = node_cores(profile, nodes)
     chosen_threads = insert_threads(cores)
+    threads_reason = _threads_reason(cores, chosen_threads, cores_text)
+    fitted = row_group_threads(budget.per_node, chosen_threads, manifest.max_row_group_bytes)
+    if fitted < chosen_threads:
+        threads_reason = (
+            f"{fitted}, not {chosen_threads} ({threads_reason}): each thread reads a Parquet row group of up to "
+            f"{fmt_bytes(manifest.max_row_group_bytes or 0)} uncompressed (footers), ~{ROW_GROUP_MEMORY_FACTOR}x "
+            f"that in memory, and the budget is {fmt_bytes(budget.per_node)}"
+        )
+        chosen_threads = fitted
     threads = _user_threads(request) or chosen_threads
-    put("max_insert_threads", chosen_threads, _threads_reason(cores, chosen_threads, cores_text))
+    put("max_insert_threads", chosen_threads, threads_reason)
 
     put("max_memory_usage", budget.per_node, f"the per-node memory budget: {budget.reason}")
 
     fmt = request.format or manifest.format
     compression = request.compression or manifest.compression
-    factor = expansion_factor(fmt, compression)
-    data_bytes = int(manifest.total_bytes * factor) // nodes
+    per_nodes = f" / {nodes} nodes" if nodes > 1 else ""
+    if manifest.uncompressed_bytes:
+        data_bytes = manifest.uncompressed_bytes // nodes
+        estimate = (
+            f"; data {fmt_bytes(manifest.total_bytes)} {fmt}, {fmt_bytes(manifest.uncompressed_bytes)} uncompressed "
+            f"(from {manifest.footer_files} Parquet footer{'s' if manifest.footer_files != 1 else ''}){per_nodes}"
+        )
+    else:
+        factor = expansion_factor(fmt, compression)
+        data_bytes = int(manifest.total_bytes * factor) // nodes
+        estimate = (
+            f"; data ~{fmt_bytes(manifest.total_bytes)} {fmt}"
+            f"{' ' + compression if is_compressed(compression) else ''} x {factor:g}{per_nodes}"
+        )
     block, block_reason = block_size(budget.per_node, threads, data_bytes)
     if block < MIN_BLOCK_BYTES and "min_insert_block_size_bytes" not in request.settings:
         raise PlanError(_block_error(request, budget, threads))
-    estimate = (
-        f"; data ~{fmt_bytes(manifest.total_bytes)} {fmt}"
-        f"{' ' + compression if is_compressed(compression) else ''} x {factor:g}"
-        f"{f' / {nodes} nodes' if nodes > 1 else ''}"
-    )
     put("min_insert_block_size_bytes", block, block_reason + estimate)
     put("min_insert_block_size_rows", 0, "0 disables the row threshold so the bytes threshold governs (the guide)")
 
@@ -440,6 +498,12 @@ def _threads_reason(cores: int, threads: int, cores_text: str) -> str:
     noun = "core" if cores == 1 else "cores"
     if cores <= 1:
         return f"half of {cores} {noun}{cores_text} rounded down, at least 1"
+    if threads > cores // 2:
+        return (
+            f"{threads}: half of {cores} {noun}{cores_text} would be {max(1, cores // 2)}, but at least "
+            f"{MIN_INSERT_THREADS} insert threads (ClickHouse's own default is one per core; on 2 cores one thread "
+            "was slower than two in 11 of 12 benchmark loads, up to 2.4x: docs/benchmarks.md)"
+        )
     return f"half of {cores} {noun}{cores_text}, leaving the rest for background merges"
 
 
@@ -593,6 +657,28 @@ def files_vs_nodes_check(manifest: Manifest, profile: ServerProfile, distributed
             ),
         )
     return Check(name="files_vs_nodes", status="ok", message=f"{files} files for {nodes} nodes")
+
+
+def row_group_check(manifest: Manifest, budget: Budget) -> str | None:
+    """Warn when even one thread reading the largest Parquet row group would exceed the budget.
+
+    ClickHouse reads a row group's column chunks whole; no setting makes that smaller, so a
+    cap below ~:data:`ROW_GROUP_MEMORY_FACTOR` x the largest row group stops the load with
+    MEMORY_LIMIT_EXCEEDED (the cap holds: ``max_memory_usage`` enforces it).
+
+    :param manifest: the objects (``max_row_group_bytes`` from the footers, if read).
+    :param budget: the per-node memory budget.
+    :return: a warning, or None.
+    """
+    group = manifest.max_row_group_bytes
+    if not group or budget.per_node >= ROW_GROUP_MEMORY_FACTOR * group:
+        return None
+    return (
+        f"the largest Parquet row group is {fmt_bytes(group)} uncompressed (footers); reading it takes "
+        f"~{ROW_GROUP_MEMORY_FACTOR}x that, ~{fmt_bytes(ROW_GROUP_MEMORY_FACTOR * group)}, above the per-node budget "
+        f"{fmt_bytes(budget.per_node)}: the load will likely stop with MEMORY_LIMIT_EXCEEDED; raise memory_cap or "
+        "write the files with smaller row groups"
+    )
 
 
 def structure_check(fmt: str, structure: str | None) -> str | None:

@@ -16,9 +16,10 @@ listing functions take a boto3 S3 client so that they can run against any S3 API
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from botocore.exceptions import ClientError
 
@@ -31,6 +32,13 @@ GLOB_CHARS = "*?{"
 MAX_RANGE_VALUES = 100_000
 #: How many non-matching keys an error message shows.
 EXAMPLES = 3
+
+#: How many Parquet footers :func:`build_manifest` reads (the largest files first).
+FOOTER_SAMPLE = 4
+
+#: Bytes fetched from the end of a file in the first GET: the 8-byte trailer and, usually,
+#: the whole footer, so one ranged GET per file is the common case.
+FOOTER_PROBE_BYTES = 64 * 1024
 
 # ClickHouse's regexps, on the pattern after its first escaping pass (parseGlobs.cpp, ``Regexps``).
 _RANGE_RE = re.compile(r"\{([0-9]+\.\.[0-9]+)\}")
@@ -422,12 +430,14 @@ def bucket_region(client: Any, bucket: str) -> str:
 # --------------------------------------------------------------------------------------- manifest
 
 
-def build_manifest(client: Any, request: LoadRequest) -> Manifest:
+def build_manifest(client: Any, request: LoadRequest, *, footer_sample: int = FOOTER_SAMPLE) -> Manifest:
     """List the request's objects and settle their format and compression.
 
     :param client: a boto3 S3 client with the aws connection's credentials.
     :param request: the validated load request.
-    :return: the manifest; ``list_calls`` counts every S3 call, the location call included.
+    :param footer_sample: for Parquet, how many footers to read (the largest files) for the
+        data's uncompressed size and its largest row group; 0 reads none.
+    :return: the manifest; ``list_calls`` counts every S3 call, the location and footer calls included.
     :raises BucketError: when the bucket is missing or the connection may not list it.
     :raises NoObjectsError: when nothing matches, or a key ClickHouse would read directly is missing.
     :raises FormatError: when the objects' format or compression is unknown or mixed and the
@@ -437,16 +447,124 @@ def build_manifest(client: Any, request: LoadRequest) -> Manifest:
     region, calls = _region_or_none(client, bucket)
     objects, others, seen, list_calls = _scan(client, bucket, pattern)
     _check_found(bucket, pattern, objects, others, seen, request)
+    fmt = request.format or _single_format(objects)
+    compression = request.compression or _single_compression(objects)
+    footers = FooterStats()
+    if footer_sample and fmt.lower() == "parquet" and not _is_compressed(compression):
+        footers = parquet_footer_stats(client, bucket, objects, sample=footer_sample)
     return Manifest(
         bucket=bucket,
         pattern=pattern,
         prefix=literal_prefix(pattern),
         objects=objects,
-        format=request.format or _single_format(objects),
-        compression=request.compression or _single_compression(objects),
+        format=fmt,
+        compression=compression,
         region=region,
-        list_calls=calls + list_calls,
+        list_calls=calls + list_calls + footers.calls,
+        uncompressed_bytes=footers.uncompressed_bytes,
+        max_row_group_bytes=footers.max_row_group_bytes,
+        footer_files=footers.files,
     )
+
+
+def _is_compressed(compression: str | None) -> bool:
+    return (compression or "").strip().lower() not in ("", "none", "auto")
+
+
+# ------------------------------------------------------------------------------ Parquet footers
+
+
+class FooterStats(NamedTuple):
+    """What a sample of Parquet footers says about the data (all None when nothing was read)."""
+
+    uncompressed_bytes: int | None = None
+    max_row_group_bytes: int | None = None
+    files: int = 0
+    calls: int = 0
+
+
+def parquet_footer_stats(client: Any, bucket: str, objects: list[S3Object], sample: int = FOOTER_SAMPLE) -> FooterStats:
+    """Read the footers of the ``sample`` largest Parquet files: uncompressed sizes, cheaply.
+
+    One ranged GET of the last :data:`FOOTER_PROBE_BYTES` per file (a second one when the
+    footer is bigger). The total uncompressed size is extrapolated from the sampled files'
+    uncompressed/compressed ratio. Needs ``pyarrow`` to parse the footer; without it, or when a
+    read fails, returns empty stats and the planner falls back to its expansion factors.
+
+    :param client: a boto3 S3 client.
+    :param bucket: the bucket.
+    :param objects: the manifest's objects.
+    :param sample: how many files to read.
+    """
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return FooterStats()
+    chosen = sorted((o for o in objects if o.size > 12), key=lambda o: o.size, reverse=True)[:sample]
+    calls = files = 0
+    sampled_bytes = sampled_uncompressed = max_group = 0
+    for obj in chosen:
+        try:
+            probe = min(obj.size, FOOTER_PROBE_BYTES)
+            tail = client.get_object(Bucket=bucket, Key=obj.key, Range=f"bytes=-{probe}")["Body"].read()
+            calls += 1
+            if len(tail) < 8 or tail[-4:] != b"PAR1":
+                continue
+            footer_len = int.from_bytes(tail[-8:-4], "little")
+            if footer_len + 8 > len(tail):
+                if footer_len + 8 > obj.size:
+                    continue
+                tail = client.get_object(Bucket=bucket, Key=obj.key, Range=f"bytes=-{footer_len + 8}")["Body"].read()
+                calls += 1
+            meta = pq.read_metadata(_TailFile(tail, obj.size))
+        except Exception:  # noqa: BLE001 - footers are an optimisation: any failure falls back
+            continue
+        groups = [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+        files += 1
+        sampled_bytes += obj.size
+        sampled_uncompressed += sum(groups)
+        max_group = max([max_group, *groups])
+    if not files or not sampled_bytes:
+        return FooterStats(calls=calls)
+    total = sum(o.size for o in objects)
+    return FooterStats(
+        uncompressed_bytes=int(total * sampled_uncompressed / sampled_bytes),
+        max_row_group_bytes=max_group,
+        files=files,
+        calls=calls,
+    )
+
+
+class _TailFile(io.RawIOBase):
+    """A read-only file of ``size`` bytes of which only the tail is known (zeros before it)."""
+
+    def __init__(self, tail: bytes, size: int) -> None:
+        self._tail, self._size, self._pos = tail, size, 0
+        self._start = size - len(tail)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), max(0, self._size - self._pos))
+        out = bytearray(n)
+        lo, hi = max(self._pos, self._start), self._pos + n
+        if hi > lo:
+            out[lo - self._pos : hi - self._pos] = self._tail[lo - self._start : hi - self._start]
+        buffer[:n] = out
+        self._pos += n
+        return n
 
 
 def _region_or_none(client: Any, bucket: str) -> tuple[str | None, int]:

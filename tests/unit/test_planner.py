@@ -17,7 +17,7 @@ from airflow_provider_s3ch.models import (
     ServerProfile,
     TableInfo,
 )
-from airflow_provider_s3ch.planner import DEFAULT_BLOCK_BYTES, GiB, MiB, make_plan
+from airflow_provider_s3ch.planner import MIN_DATA_BLOCK_BYTES, GiB, MiB, make_plan
 
 #: The guide's Stack Overflow posts: 24.03 GB of Parquet in 189 files.
 GUIDE_BYTES = 24_030_000_000
@@ -142,8 +142,8 @@ def check(p: LoadPlan, name: str) -> Any:
 # --- threads -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 1), (3, 1), (8, 4), (64, 32)])
-def test_threads_are_half_the_cores(cores: int, threads: int) -> None:
+@pytest.mark.parametrize(("cores", "threads"), [(1, 1), (2, 2), (3, 2), (4, 2), (5, 2), (8, 4), (64, 32)])
+def test_threads_are_half_the_cores_but_at_least_two(cores: int, threads: int) -> None:
     p = plan(prof=profile(cores=cores))
     assert p.settings.values["max_insert_threads"] == threads
 
@@ -152,6 +152,47 @@ def test_threads_reason_names_the_cores() -> None:
     reason = plan(prof=profile(cores=8)).settings.reasons["max_insert_threads"]
     assert "half of 8 cores" in reason
     assert "background merges" in reason
+
+
+def test_threads_reason_says_why_two_on_two_cores() -> None:
+    reason = plan(prof=profile(cores=2)).settings.reasons["max_insert_threads"]
+    assert "half of 2 cores would be 1" in reason and "at least 2" in reason
+
+
+def footer_manifest(row_group: int, uncompressed: int, **kwargs: Any) -> Manifest:
+    """A Parquet manifest whose footers were read."""
+    return manifest(**kwargs).model_copy(
+        update={"max_row_group_bytes": row_group, "uncompressed_bytes": uncompressed, "footer_files": 4}
+    )
+
+
+def test_row_groups_too_big_for_two_threads_lower_threads() -> None:
+    # 4 cores -> 2 threads; 225 MiB row groups x 6 x 2 = 2.6 GiB > the 2 GiB cap -> 1 thread.
+    p = plan(request(memory_cap="2GiB"), footer_manifest(225 * MiB, 700 * MiB), profile(cores=4))
+    assert p.settings.values["max_insert_threads"] == 1
+    assert "row group" in p.settings.reasons["max_insert_threads"]
+    assert not any("row group" in w for w in p.warnings)
+
+
+def test_row_groups_too_big_for_the_cap_warn() -> None:
+    # The benchmark's case: 204 MiB row groups x 6 = 1.2 GiB > a 1 GiB cap (that load failed).
+    p = plan(request(memory_cap="1GiB"), footer_manifest(204 * MiB, 700 * MiB), profile(cores=4))
+    assert p.settings.values["max_insert_threads"] == 1
+    assert any("row group" in w and "MEMORY_LIMIT_EXCEEDED" in w and "memory_cap" in w for w in p.warnings)
+
+
+def test_small_row_groups_keep_threads() -> None:
+    p = plan(request(memory_cap="1GiB"), footer_manifest(20 * MiB, 700 * MiB), profile(cores=4))
+    assert p.settings.values["max_insert_threads"] == 2
+    assert not any("row group" in w for w in p.warnings)
+
+
+def test_footer_sizes_replace_the_expansion_factor() -> None:
+    # 1 GiB of Parquet, 8 GiB uncompressed by the footers (not x3): 8 GiB / (4 threads x 4) = 512 MiB.
+    p = plan(request(memory_cap="32GiB"), footer_manifest(64 * MiB, 8 * GiB, files=40, total=1 * GiB), profile(cores=8))
+    assert p.settings.values["min_insert_block_size_bytes"] == 512 * MiB
+    reason = p.settings.reasons["min_insert_block_size_bytes"]
+    assert "footers" in reason and "8 GiB uncompressed" in reason
 
 
 # --- memory budget and block size --------------------------------------------------
@@ -172,9 +213,27 @@ def test_guide_example_block_size() -> None:
 
 def test_small_load_caps_block_by_data() -> None:
     p = plan(request(memory_cap="32GiB"), manifest(files=10, total=100_000_000), profile(cores=8))
-    assert p.settings.values["min_insert_block_size_bytes"] == DEFAULT_BLOCK_BYTES == 256 * MiB
+    # 100 MB x 3 = 300 MB over 4 threads x 4 blocks = 18 MB: the 64 MiB floor.
+    assert p.settings.values["min_insert_block_size_bytes"] == MIN_DATA_BLOCK_BYTES == 64 * MiB
     reason = p.settings.reasons["min_insert_block_size_bytes"]
-    assert "default 256 MiB" in reason and "memory formula" in reason
+    assert "floor 64 MiB" in reason and "memory formula" in reason
+
+
+def test_benchmark_sized_load_gets_data_sized_blocks() -> None:
+    # The benchmark's parquet_few_large on 2 cores: 232 MB, ~650 MB uncompressed by the footers,
+    # 2 threads x 4 blocks -> ~81 MB, far under the formula (10 GiB / 6).
+    p = plan(request(), footer_manifest(225 * MiB, 650_000_000, files=3, total=232_000_000), profile(cores=2, memory=20 * GiB))
+    assert p.settings.values["max_insert_threads"] == 2
+    assert p.settings.values["min_insert_block_size_bytes"] == 650_000_000 // 8
+    assert "several blocks" in p.settings.reasons["min_insert_block_size_bytes"]
+
+
+def test_large_load_uses_the_guide_formula() -> None:
+    # 200 GiB of Parquet on 8 cores with a 32 GiB cap: the data cap (600 GiB / 16) is far above
+    # the formula, so the guide's budget / (3 x threads) is the block.
+    p = plan(request(memory_cap="32GiB"), manifest(files=500, total=200 * GiB), profile(cores=8))
+    assert p.settings.values["min_insert_block_size_bytes"] == 32 * GiB // 12
+    assert "(the guide)" in p.settings.reasons["min_insert_block_size_bytes"]
 
 
 def test_medium_load_gets_several_blocks_per_thread() -> None:
@@ -186,8 +245,8 @@ def test_medium_load_gets_several_blocks_per_thread() -> None:
 
 def test_tiny_cap_is_allowed() -> None:
     p = plan(request(memory_cap="100MiB"), manifest(), profile(cores=2))
-    assert p.settings.values["max_insert_threads"] == 1
-    assert p.settings.values["min_insert_block_size_bytes"] == 100 * MiB // 3
+    assert p.settings.values["max_insert_threads"] == 2
+    assert p.settings.values["min_insert_block_size_bytes"] == 100 * MiB // 6
     assert p.settings.values["max_memory_usage"] == 100 * MiB
 
 

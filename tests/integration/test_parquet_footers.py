@@ -1,0 +1,33 @@
+"""Parquet footers read by build_manifest on the real local S3 (moto's server)."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow.parquet as pq
+
+from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.local.sample import SampleDataset
+from airflow_provider_s3ch.models import LoadRequest
+from airflow_provider_s3ch.s3 import FOOTER_SAMPLE, build_manifest
+
+
+def test_footers_give_uncompressed_sizes(stack: LocalStack, posts: SampleDataset) -> None:
+    client = stack.s3_client()
+    manifest = build_manifest(client, LoadRequest(s3_uri=posts.s3_uri, table="t"))
+    sampled = min(FOOTER_SAMPLE, len(posts.keys))
+    assert manifest.footer_files == sampled
+    # GetBucketLocation + one ListObjectsV2 page + one ranged GET per sampled footer.
+    assert manifest.list_calls == 2 + sampled
+    assert manifest.uncompressed_bytes is not None and manifest.uncompressed_bytes > manifest.total_bytes
+    largest = max(posts.keys, key=lambda k: client.head_object(Bucket=posts.bucket, Key=k)["ContentLength"])
+    body = client.get_object(Bucket=posts.bucket, Key=largest)["Body"].read()
+    meta = pq.ParquetFile(io.BytesIO(body)).metadata
+    expected = max(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+    assert manifest.max_row_group_bytes is not None and manifest.max_row_group_bytes >= expected
+
+
+def test_footers_can_be_skipped(stack: LocalStack, posts: SampleDataset) -> None:
+    manifest = build_manifest(stack.s3_client(), LoadRequest(s3_uri=posts.s3_uri, table="t"), footer_sample=0)
+    assert manifest.uncompressed_bytes is None and manifest.max_row_group_bytes is None
+    assert manifest.list_calls == 2
