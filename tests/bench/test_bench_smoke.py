@@ -1,0 +1,32 @@
+"""The benchmark harness still runs end to end (tiny datasets) and reports every ratio.
+
+Figures are not asserted: speed is the benchmark's business, not the tests'.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_quick_bench_reports_every_variant_and_ratio(tmp_path: Path) -> None:
+    out = subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "bench.run", "--quick", "--skip-overhead", "--out", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )
+    assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert results["datasets"], "no dataset measured"
+    for dataset in results["datasets"]:
+        assert set(dataset["variants"]) == {"a", "b", "c", "d", "e"}
+        for ratio in ("c_over_a", "c_over_d", "e_over_c"):
+            assert dataset["ratios"][ratio] > 0, ratio
+    for cap in results["memory_caps"]:
+        assert cap["peak_within_cap"], cap
+    report = (tmp_path / "REPORT.md").read_text()
+    assert "(c)/(a)" in report and "moto" in report
+    assert list(tmp_path.glob("*.png"))
