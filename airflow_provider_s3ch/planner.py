@@ -432,7 +432,8 @@ def plan_settings(
         "insert_deduplicate",
         0,
         "an INSERT ... SELECT from object storage needs no insert deduplication (the guide); "
-        "a failed load must be cleaned up before it is re-run",
+        "retries stay safe without it: a retry attaches to an earlier try and loads go through a staging table "
+        "(docs/retries-and-modes.md)",
     )
     put("optimize_on_insert", 0, "skip merging at insert time, background merges do it later (the guide)")
 
