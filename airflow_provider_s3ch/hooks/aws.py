@@ -68,14 +68,13 @@ class S3Source:
                 self._credentials = None
             else:
                 frozen = creds.get_frozen_credentials()
-                for secret in (frozen.secret_key, frozen.token):
-                    if secret:
-                        mask_secret(secret)
                 self._credentials = S3Credentials(
                     access_key_id=frozen.access_key,
                     secret_access_key=frozen.secret_key,
                     session_token=frozen.token or None,
                 )
+                for secret in self._credentials.secrets():
+                    mask_secret(secret)
         return self._credentials  # type: ignore[return-value]
 
     def client(self) -> Any:

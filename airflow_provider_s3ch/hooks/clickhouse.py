@@ -30,7 +30,6 @@ DEFAULT_PORT = 9000
 DEFAULT_SECURE_PORT = 9440
 _AUTH_CODES = {192, 516}  # UNKNOWN_USER, AUTHENTICATION_FAILED
 _UNKNOWN_TABLE_CODES = {60, 81}  # UNKNOWN_TABLE, UNKNOWN_DATABASE
-_MISSING_OBJECT_CODES = {60, 81, 115, 47}  # also UNKNOWN_SETTING, UNKNOWN_IDENTIFIER
 _CLIENT_EXTRA_KEYS = ("connect_timeout", "send_receive_timeout", "sync_request_timeout", "compression", "verify", "ca_certs")
 _DIST_ARGS_RE = re.compile(r"^Distributed\((.*)\)", re.S)
 

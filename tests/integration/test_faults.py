@@ -271,12 +271,9 @@ def faulty_conn(fx: Fx, env_conn) -> Iterator[tuple[str, BlackholeProxy]]:
     proxy.close()
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_connection_dropped_mid_load_retry_attaches_to_running_query(fx: Fx, mode: str, faulty_conn) -> None:
-    """The network between worker and server fails: the client gives up, the server's query runs on.
 
-    The retry finds try 1 still running, waits for it and takes its figures: one insert, not two.
-    """
+def start_then_cut_connection(fx: Fx, mode: str, faulty_conn: tuple[str, BlackholeProxy]) -> tuple[Target, str, Reader]:
+    """Start try 1 through the proxy, cut the network once it runs: the client gives up, the server does not."""
     conn_id, proxy = faulty_conn
     t = make_target(fx, mode)
     run_id = f"run-{uuid.uuid4().hex[:8]}"
@@ -286,6 +283,16 @@ def test_connection_dropped_mid_load_retry_attaches_to_running_query(fx: Fx, mod
     proxy.cut()
     thread.join(timeout=120)
     assert isinstance(box.get("error"), ClickHouseUnavailableError), box
+    return t, run_id, reader
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_connection_dropped_mid_load_retry_attaches_to_running_query(fx: Fx, mode: str, faulty_conn) -> None:
+    """The network between worker and server fails: the client gives up, the server's query runs on.
+
+    The retry finds try 1 still running, waits for it and takes its figures: one insert, not two.
+    """
+    t, run_id, reader = start_then_cut_connection(fx, mode, faulty_conn)
     assert is_running(fx.stack, qid(run_id, 1)), "the server should still run try 1 (the load is ~8 s)"
     result = retry_and_check(fx, t, run_id, "ClickHouse connection dropped", reader)
     assert result["attached_to"] == qid(run_id, 1)
@@ -355,15 +362,7 @@ def test_load_succeeded_on_server_but_failed_on_client(fx: Fx, mode: str, faulty
 
     In the staging modes try 1 never reached its finalizing step: the retry does it.
     """
-    conn_id, proxy = faulty_conn
-    t = make_target(fx, mode)
-    run_id = f"run-{uuid.uuid4().hex[:8]}"
-    reader = reader_for(fx, t).__enter__()
-    thread, box = run_in_thread(operator(fx, t, clickhouse_conn_id=conn_id), fake_context("load", 1, run_id))
-    wait_running(fx.stack, qid(run_id, 1))
-    proxy.cut()
-    thread.join(timeout=120)
-    assert isinstance(box.get("error"), ClickHouseUnavailableError), box
+    t, run_id, reader = start_then_cut_connection(fx, mode, faulty_conn)
     wait_gone(fx.stack, qid(run_id, 1))
     assert outcome(fx.stack, qid(run_id, 1)) == "QueryFinish(0)"
     assert fingerprint(fx.stack, t.table) == t.before, "the rows wait in the staging table"
