@@ -4,6 +4,20 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
+#: The ``clickhouse`` connection form: one copy, for the provider info and the hook.
+UI_FIELD_BEHAVIOUR: dict[str, object] = {
+    "hidden_fields": [],
+    "relabeling": {"schema": "Database", "login": "User"},
+    "placeholders": {
+        "host": "clickhouse.example.com",
+        "port": "9000 (9440 with secure)",
+        "schema": "default",
+        "login": "default",
+        "extra": '{"secure": false, "cluster": "default", "region": "eu-west-3", '
+        '"s3_endpoint_url": "http://minio:9000"}',
+    },
+}
+
 
 def get_provider_info() -> dict[str, object]:
     """Airflow's provider metadata (entry point ``apache_airflow_provider``)."""
@@ -17,10 +31,7 @@ def get_provider_info() -> dict[str, object]:
                 "hook-class-name": "airflow_provider_s3ch.hooks.clickhouse.ClickHouseHook",
                 "hook-name": "ClickHouse",
                 "connection-type": "clickhouse",
-                "ui-field-behaviour": {
-                    "relabeling": {"schema": "Database", "login": "User"},
-                    "placeholders": {"host": "clickhouse.example.com", "port": "9000", "schema": "default"},
-                },
+                "ui-field-behaviour": UI_FIELD_BEHAVIOUR,
                 "conn-fields": {
                     "secure": {"label": "TLS (secure)", "schema": {"type": ["boolean", "null"], "default": False}},
                     "cluster": {

@@ -1,58 +1,113 @@
-"""Errors the provider raises.
+"""Errors the provider raises: one root, a terminal and a transient branch.
 
-Terminal problems (bad input, missing objects or tables, a region mismatch under
-policy ``fail``) subclass :class:`AirflowFailException`, so Airflow does not
-retry them. Transient ones (a server that does not answer) subclass
-:class:`AirflowException`, so the task's retries apply.
+``except S3chError`` catches every error the provider raises. Terminal errors
+(:class:`S3chTerminalError`: bad input, missing objects or tables, a region mismatch under
+policy ``fail``, a statement or data the server rejects) are also
+:class:`AirflowFailException`, so Airflow does not retry them. Transient ones
+(:class:`S3chTransientError`: a server that does not answer, an overloaded server) are
+plain :class:`AirflowException`, so the task's retries apply.
+
+The pure core raises its own exceptions (:mod:`airflow_provider_s3ch.core.errors`); each
+terminal class here subclasses the core class of the same name, and :func:`provider_errors`
+turns the core's exceptions into these at the shell's edge.
 """
 
 from __future__ import annotations
 
-try:  # Airflow 3
-    from airflow.sdk.exceptions import AirflowException, AirflowFailException
-except ImportError:  # pragma: no cover - Airflow 2.x
-    from airflow.exceptions import AirflowException, AirflowFailException
+import contextlib
+from collections.abc import Iterator
+
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from airflow_provider_s3ch.core import errors as core
 
 
-class S3chError(AirflowFailException):
-    """A terminal problem: retrying will not help; the message says what to fix."""
+class S3chError(AirflowException):
+    """The root of every error the provider raises."""
 
 
-class InvalidRequestError(S3chError):
+class S3chTerminalError(S3chError, AirflowFailException):
+    """Retrying will not help; the message says what to fix."""
+
+
+class S3chTransientError(S3chError):
+    """The server or the network failed for now; the task's retries apply."""
+
+
+class InvalidRequestError(S3chTerminalError, core.InvalidRequestError):
     """An argument of the operator is malformed."""
 
 
-class NoObjectsError(S3chError):
+class NoObjectsError(S3chTerminalError, core.NoObjectsError):
     """The glob matched no object."""
 
 
-class BucketError(S3chError):
-    """The bucket is missing or cannot be read with the connection's credentials."""
-
-
-class FormatError(S3chError):
+class FormatError(S3chTerminalError, core.FormatError):
     """The files' format or compression is unknown or mixed."""
 
 
-class TableError(S3chError):
+class TableError(S3chTerminalError, core.TableError):
     """The target table is missing or cannot take the load."""
 
 
-class RegionMismatchError(S3chError):
+class RegionMismatchError(S3chTerminalError, core.RegionMismatchError):
     """The bucket is in another region than the ClickHouse server (policy ``fail``)."""
 
 
-class PlanError(S3chError):
+class PlanError(S3chTerminalError, core.PlanError):
     """The load cannot be planned with the given inputs (e.g. a memory cap too small)."""
 
 
-class ClickHouseAuthError(S3chError):
+class BucketError(S3chTerminalError):
+    """The bucket is missing or cannot be read with the connection's credentials."""
+
+
+class ClusterError(S3chTerminalError):
+    """The cluster named for a distributed load is not in ``system.clusters``."""
+
+
+class ClickHouseAuthError(S3chTerminalError):
     """ClickHouse refused the connection's credentials."""
 
 
-class ClickHouseUnavailableError(AirflowException):
+class ClickHouseQueryError(S3chTerminalError):
+    """ClickHouse rejected the statement or the data (syntax, types, parsing): the same load fails again."""
+
+
+class ClickHouseUnavailableError(S3chTransientError):
     """ClickHouse did not answer; the task's retries apply."""
 
 
-class LoadError(AirflowException):
-    """The server-side insert failed."""
+class LoadError(S3chTransientError):
+    """The server-side insert failed in a way a retry may get past (overload, timeouts, S3 hiccups)."""
+
+
+_FROM_CORE: dict[type[core.CoreError], type[S3chTerminalError]] = {
+    core.InvalidRequestError: InvalidRequestError,
+    core.NoObjectsError: NoObjectsError,
+    core.FormatError: FormatError,
+    core.TableError: TableError,
+    core.RegionMismatchError: RegionMismatchError,
+    core.PlanError: PlanError,
+}
+
+
+def from_core(exc: core.CoreError) -> S3chError:
+    """The provider's error for one of the core's (itself when it already is one)."""
+    if isinstance(exc, S3chError):
+        return exc
+    for cls in type(exc).__mro__:
+        if cls in _FROM_CORE:
+            return _FROM_CORE[cls](*exc.args)
+    return S3chTerminalError(*exc.args)
+
+
+@contextlib.contextmanager
+def provider_errors() -> Iterator[None]:
+    """Re-raise the core's exceptions as the provider's Airflow errors."""
+    try:
+        yield
+    except S3chError:
+        raise
+    except core.CoreError as exc:
+        raise from_core(exc) from exc

@@ -12,7 +12,7 @@ import time
 import uuid
 from typing import Any
 
-from airflow_provider_s3ch.sql import render_settings
+from airflow_provider_s3ch.core.sql import render_settings
 
 #: "Ready" means at most this many active parts per partition and no merge running.
 #: ClickHouse's merge selector (base 5) does not merge fewer similar-sized parts of a

@@ -162,7 +162,8 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
         f"- Packages: {', '.join(f'{k} {v}' for k, v in (m.get('packages') or {}).items())}",
         "",
         "Every figure is from `system.query_log` (`query_duration_ms`, `written_rows`, `memory_usage`) after "
-        "`SYSTEM FLUSH LOGS`. The grid runs first; then each round runs (a), (b), (c), (d), (e) in turn. Each variant loads into a fresh, empty `posts` table (the guide's schema, "
+        "`SYSTEM FLUSH LOGS`. The grid runs first; then each round runs (a), (b), (c), (d), (e) in turn. "
+        "Each variant loads into a fresh, empty `posts` table (the guide's schema, "
         "`PARTITION BY toYYYYMM(CreationDate)`). Durations are medians of the repeats; *spread* is "
         "(max - min) / median over the repeats and the dataset's *noise* is the largest spread of its variants. "
         "Time to ready = insert + the wait until no merge runs on the table and active parts are at most "
@@ -172,7 +173,8 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
         "`max_insert_threads` = cores / 2, `min_insert_block_size_bytes` = budget / (3 x threads), "
         "`min_insert_block_size_rows` = 0, with the operator's budget; (c) the operator: "
         "`S3ToClickHouseOperator(...).execute(context)`; (d) the fastest point of the grid "
-        "`max_insert_threads` x `min_insert_block_size_bytes` (other settings as in (c)), chosen from one run per point and then measured in the same interleaved rounds as the others; "
+        "`max_insert_threads` x `min_insert_block_size_bytes` (other settings as in (c)), chosen from one run per "
+        "point and then measured in the same interleaved rounds as the others; "
         "(e) (c)'s settings reading the same files from local disk with `file()`.",
         "",
         "## Summary",

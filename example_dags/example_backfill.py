@@ -23,10 +23,10 @@ import datetime
 
 from airflow.sdk import DAG, Param, task
 
+from airflow_provider_s3ch.core.sql import quote_identifier
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.local.sample import POSTS_PREFIX, posts_ddl
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from airflow_provider_s3ch.sql import quote_identifier
 
 with DAG(
     dag_id="s3_to_clickhouse_backfill",

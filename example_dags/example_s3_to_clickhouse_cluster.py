@@ -15,10 +15,10 @@ import datetime
 
 from airflow.sdk import DAG, Param, task
 
+from airflow_provider_s3ch.core.sql import quote_identifier, quote_literal
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.local.sample import posts_ddl
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from airflow_provider_s3ch.sql import quote_identifier, quote_literal
 
 with DAG(
     dag_id="s3_to_clickhouse_posts_cluster",

@@ -107,7 +107,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             for argv, quiet in steps:
                 print("$ airflow " + " ".join(shlex.quote(a) for a in argv[3:]), flush=True)
                 t0 = time.monotonic()
-                out = subprocess.run(argv, env=env, capture_output=quiet, text=True, check=False)  # noqa: S603
+                out = subprocess.run(argv, env=env, capture_output=quiet, text=True, check=False)
                 if out.returncode != 0:
                     if quiet:
                         print(out.stdout[-4000:], out.stderr[-4000:], sep="\n")

@@ -44,11 +44,12 @@ PARTITION BY toYYYYMM(CreationDate)
 ORDER BY (PostTypeId, toDate(CreationDate), CreationDate)
 """
 
-_WORDS = (
-    "clickhouse insert select parquet bucket thread block memory merge part query table column index "
-    "python airflow operator task schedule backfill region cluster node shard replica cache buffer "
-    "file format gzip stream read write sort key partition month year error retry timeout setting"
-).split()
+_WORDS = [
+    "clickhouse", "insert", "select", "parquet", "bucket", "thread", "block", "memory", "merge", "part",
+    "query", "table", "column", "index", "python", "airflow", "operator", "task", "schedule", "backfill",
+    "region", "cluster", "node", "shard", "replica", "cache", "buffer", "file", "format", "gzip", "stream",
+    "read", "write", "sort", "key", "partition", "month", "year", "error", "retry", "timeout", "setting"
+]
 _TAGS = ["<python>", "<sql>", "<clickhouse>", "<airflow>", "<s3>", "<parquet>", "<aws>", "<java>", "<go>"]
 _LICENSES = ["CC BY-SA 2.5", "CC BY-SA 3.0", "CC BY-SA 4.0"]
 

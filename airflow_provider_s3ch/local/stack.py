@@ -178,7 +178,7 @@ class LocalStack:
             if self._s3_process.poll() is not None:
                 raise LocalStackError(f"the S3 server exited: {self._tail(self.workdir / 's3.log')}")
             with contextlib.suppress(Exception):
-                urllib.request.urlopen(f"{self.s3_endpoint}/", timeout=1).read()  # noqa: S310 - loopback
+                urllib.request.urlopen(f"{self.s3_endpoint}/", timeout=1).read()
                 return
             time.sleep(0.1)
         raise LocalStackError(f"the S3 server did not answer on port {self.s3_port}")
@@ -320,13 +320,13 @@ class LocalStack:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "ab") as log:
-            return subprocess.Popen(  # noqa: S603 - fixed argv
+            return subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509
+                preexec_fn=_die_with_parent,
             )
 
     @staticmethod
@@ -365,7 +365,7 @@ class LocalStack:
                 try:
                     Client("127.0.0.1", port=node.tcp_port, user=self.user, password=self.password).execute("SELECT 1")
                     return
-                except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                except Exception as exc:
                     if getattr(exc, "code", None) == 516:  # AUTHENTICATION_FAILED will not pass by waiting
                         raise LocalStackError(f"ClickHouse node {node.index} refused the stack's user: {exc}") from exc
                     last = exc

@@ -1,52 +1,48 @@
-"""S3ToClickHouseOperator: a tuned, measured, server-side load of S3 files into ClickHouse."""
+"""S3ToClickHouseOperator: a tuned, measured, server-side load of S3 files into ClickHouse.
+
+The operator is a shell: it gathers facts (the manifest from S3, the server's profile),
+the core decides (:mod:`airflow_provider_s3ch.core`: the plan, the SQL, the recovery
+steps), the operator runs the statements the core returns, and measures the load from
+``system.query_log``.
+"""
 
 from __future__ import annotations
 
-import hashlib
+import logging
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_provider_s3ch.compat import BaseOperator, Context
-from airflow_provider_s3ch.hooks.aws import S3Source, object_url
-from airflow_provider_s3ch.errors import ClickHouseUnavailableError
-from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.models import ClusterNode, LoadMetrics, LoadPlan, LoadRequest
-from airflow_provider_s3ch.modes import (
-    STAGING_MARKER,
+from airflow.sdk import BaseOperator, Context
+
+from airflow_provider_s3ch.core.glob import object_url
+from airflow_provider_s3ch.core.metrics import load_metrics, summary
+from airflow_provider_s3ch.core.models import ClusterNode, LoadPlan, LoadRequest, ServerProfile
+from airflow_provider_s3ch.core.plan import make_plan
+from airflow_provider_s3ch.core.recovery import (
     LoadSteps,
+    QueryId,
     Resume,
+    Step,
+    abandon_statements,
     decide_resume,
+    finalize_statements,
     first_try_of_series,
-    overwrite_steps,
+    load_fingerprint,
     plan_steps,
-    query_id_regex,
-    split_query_id,
+    prepare_statements,
 )
-from airflow_provider_s3ch.planner import make_plan
-from airflow_provider_s3ch.s3 import build_manifest
-from airflow_provider_s3ch.sql import (
-    render_create_staging,
-    render_drop_table,
-    render_exchange,
-    render_insert,
-    render_move_partition,
-    render_replace_partition,
-    render_set_comment,
-)
+from airflow_provider_s3ch.core.sql import render_insert
+from airflow_provider_s3ch.errors import ClickHouseUnavailableError, provider_errors
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.query_log import QueryLog
+from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
 
 #: How long a retry waits for an earlier try's query that still runs on the server.
 DEFAULT_EARLIER_TRY_TIMEOUT = 6 * 3600.0
 
-
-def make_query_id(dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int) -> str:
-    """A query id that is the same for every try of one task instance but the suffix.
-
-    ``s3ch-<20 hex of sha256(dag, task, run, map index)>-try<N>``: a retry can find
-    the earlier tries' queries by the stem.
-    """
-    stem = hashlib.sha256(f"{dag_id}\x00{task_id}\x00{run_id}\x00{map_index}".encode()).hexdigest()[:20]
-    return f"s3ch-{stem}-try{try_number}"
+#: How long a retry waits for a query that just left ``system.processes`` to reach ``system.query_log``.
+SETTLE_SECONDS = 15.0
 
 
 class S3ToClickHouseOperator(BaseOperator):
@@ -84,10 +80,12 @@ class S3ToClickHouseOperator(BaseOperator):
     :param earlier_try_timeout: seconds a retry waits for an earlier try's query that still
         runs on the server before it fails (it never starts a second load beside it).
 
-    Retries: the query id is ``s3ch-<stem>-try<N>``, the stem fixed per task instance. A
-    retry first looks for the earlier tries' queries: one still running is waited for and
-    its figures taken; one that finished is attached to (its figures returned, its staging
-    table finished) without inserting again; after a failed one the load starts afresh.
+    Retries: the query id is ``s3ch-<stem>-try<N>``, the stem fixed per task instance and
+    load configuration (a retry after the DAG's ``s3_uri``, table, mode, format, compression,
+    structure or settings changed is a new load). A retry first looks for the earlier tries'
+    queries: one still running is waited for and its figures taken; one that finished is
+    attached to (its figures returned, its staging table finished) without inserting again;
+    after a failed one the load starts afresh.
     """
 
     template_fields: Sequence[str] = (
@@ -142,30 +140,35 @@ class S3ToClickHouseOperator(BaseOperator):
         self.dry_run = dry_run
         self.mode = mode
         self.earlier_try_timeout = earlier_try_timeout
-        self._running: tuple[ClickHouseHook, list[str], list[ClusterNode]] | None = None
+        self._running: tuple[ClickHouseHook, list[str], Sequence[ClusterNode]] | None = None
 
     # ------------------------------------------------------------------ steps
     def build_request(self) -> LoadRequest:
         """Validate the rendered arguments (terminal errors name the argument and the fix)."""
-        return LoadRequest.from_arguments(
-            s3_uri=self.s3_uri,
-            table=self.table,
-            format=self.format or None,
-            compression=self.compression or None,
-            structure=self.structure or None,
-            memory_cap=self.memory_cap,
-            region_check=self.region_check,
-            settings=self.settings,
-            strategy=self.strategy,
-            cluster=self.cluster or None,
-            dry_run=self.dry_run,
-            mode=self.mode,
-        )
+        with provider_errors():
+            return LoadRequest.from_arguments(
+                s3_uri=self.s3_uri,
+                table=self.table,
+                format=self.format or None,
+                compression=self.compression or None,
+                structure=self.structure or None,
+                memory_cap=self.memory_cap,
+                region_check=self.region_check,
+                settings=self.settings,
+                strategy=self.strategy,
+                cluster=self.cluster or None,
+                dry_run=self.dry_run,
+                mode=self.mode,
+            )
 
-    def query_id(self, context: Context) -> str:
+    def query_id(self, context: Context, request: LoadRequest | None = None) -> QueryId:
+        """This try's query id: one stem per task instance and load configuration."""
         ti = context["ti"]
         map_index = getattr(ti, "map_index", -1)
-        return make_query_id(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index, ti.try_number)
+        fingerprint = load_fingerprint(request or self.build_request())
+        return QueryId.for_task(
+            ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index, ti.try_number, fingerprint
+        )
 
     def first_try(self, context: Context) -> int:
         """The first try since the task instance was last cleared (earlier ones are not attached to)."""
@@ -175,92 +178,51 @@ class S3ToClickHouseOperator(BaseOperator):
         return first_try_of_series(int(ti.try_number), max_tries, retries)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        request = self.build_request()
         started = time.monotonic()
+        request = self.build_request()
+        query_id = self.query_id(context, request)
         source = S3Source(self.aws_conn_id)
         manifest = build_manifest(source.client(), request)
-        self.log.info(
-            "Manifest: %d files, %d bytes, format %s, compression %s, bucket region %s",
-            manifest.file_count, manifest.total_bytes, manifest.format, manifest.compression, manifest.region,
-        )
+        self.log.info("Manifest: %d files, %d bytes, format %s, compression %s, bucket region %s",
+                      manifest.file_count, manifest.total_bytes, manifest.format, manifest.compression,
+                      manifest.region)
         hook = ClickHouseHook(self.clickhouse_conn_id)
-        profile = hook.get_profile(request.table, cluster=request.cluster)
-        self.log.info(
-            "Server: ClickHouse %s, %d cores, memory %d bytes (%s), cluster %s with %d nodes, target %s",
-            profile.version, profile.cores, profile.memory_bytes, profile.memory_source,
-            profile.cluster, len(profile.nodes), profile.table.engine if profile.table else "?",
-        )
-        url = object_url(
-            request.bucket,
-            request.key_pattern,
-            endpoint_url=hook.s3_endpoint_url or source.endpoint_url,
-            region=manifest.region,
-        )
-        plan = make_plan(request, manifest, profile, source_url=url)
-        query_id = self.query_id(context)
-        stem, try_number = split_query_id(query_id)
-        assert profile.table is not None  # get_profile raises TableError for a missing table
-        steps = plan_steps(
-            request.mode,
-            profile.table,
-            stem,
-            dependent_views=hook.dependent_views(request.table),
-            database_engine=hook.database_engine(profile.table.database),
-        )
-        rendered = render_insert(plan, source.credentials(), target=steps.staging)
-        self._log_plan(plan, rendered.redacted)
-        self.log.info("Mode %s: %s", steps.mode, steps.reason)
-        for warning in steps.warnings:
-            self.log.warning("%s", warning)
-        if request.dry_run:
-            return {
-                "dry_run": True,
-                "query_id": query_id,
-                "sql": rendered.redacted,
-                "plan": plan.model_dump(mode="json"),
-                "mode": steps.mode,
-                "steps": steps.model_dump(mode="json"),
-            }
-
-        distributed = plan.strategy == "distributed"
-        target_distributed = profile.table.is_distributed
-        nodes = profile.nodes if distributed else []
-        lookup_nodes = profile.nodes if distributed or target_distributed else []
-        resume = self._resume(hook, stem, try_number, self.first_try(context), lookup_nodes)
-        if resume.action == "attach":
-            source_query = resume.query_ids[0]
-            attached_to: str | None = source_query
-        else:
-            if steps.staging is not None:
-                self._prepare_staging(hook, steps)
-            self._insert(hook, rendered.sql, query_id, nodes, steps)
-            source_query, attached_to = query_id, None
-        metrics = hook.load_metrics(
-            source_query,
-            nodes=profile.nodes,
-            distributed=distributed,
-            target_distributed=target_distributed,
-        )
-        partitions = self._finalize(hook, steps) if steps.staging is not None else []
-        result = self.result(plan, metrics, wall_ms=int((time.monotonic() - started) * 1000))
-        result.update(
-            {
-                "mode": steps.mode,
-                "mode_reason": steps.reason,
-                "staging_table": str(steps.staging) if steps.staging else None,
-                "attached_to": attached_to,
-                "resume_reason": resume.reason,
-                "partitions": partitions,
-                "warnings": [*result["warnings"], *steps.warnings],
-            }
-        )
-        self.log.info(
-            "%s %d rows (%d bytes) in %d ms: %.0f rows/s, peak memory %d bytes; %s",
-            "Took the figures of earlier try " + attached_to + ":" if attached_to else "Loaded",
-            metrics.written_rows, metrics.written_bytes, metrics.duration_ms, metrics.rows_per_second,
-            metrics.memory_usage,
-            f"{steps.mode} of partitions {', '.join(partitions)}" if partitions else steps.mode,
-        )
+        try:
+            with provider_errors():
+                profile = hook.get_profile(request.table, cluster=request.cluster)
+                url = object_url(request.bucket, request.key_pattern,
+                                 endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region)
+                plan = make_plan(request, manifest, profile, source_url=url)
+                steps = plan_steps(request.mode, profile.table, query_id.stem)
+                rendered = render_insert(plan, source.credentials(), target=steps.staging)
+            self._log_plan(plan, steps, rendered.redacted, profile)
+            if request.dry_run:
+                return {"dry_run": True, "query_id": str(query_id), "sql": rendered.redacted,
+                        "plan": plan.model_dump(mode="json"), "mode": steps.mode,
+                        "steps": steps.model_dump(mode="json")}
+            distributed = plan.strategy == "distributed"
+            fan_out = profile.nodes if distributed or profile.table.is_distributed else []
+            queries = QueryLog(hook)
+            resume = self._resume(hook, queries, query_id, self.first_try(context), fan_out)
+            attached_to = resume.query_ids[0] if resume.action == "attach" else None
+            if attached_to is None:
+                self._insert(hook, queries, rendered.sql, query_id, profile.nodes if distributed else [], steps)
+            entry = queries.entry(attached_to or str(query_id), fan_out)
+            metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
+                                   distributed=distributed, target_distributed=profile.table.is_distributed)
+            partitions = self._finalize(hook, steps) if steps.staging is not None else []
+        finally:
+            hook.close()
+        result = summary(plan, metrics, wall_ms=int((time.monotonic() - started) * 1000))
+        result.update({"mode": steps.mode, "mode_reason": steps.reason, "attached_to": attached_to,
+                       "staging_table": str(steps.staging) if steps.staging else None,
+                       "resume_reason": resume.reason, "partitions": partitions,
+                       "warnings": [*result["warnings"], *steps.warnings]})
+        self.log.info("%s %d rows (%d bytes) in %d ms: %.0f rows/s, peak memory %d bytes; %s",
+                      f"Took the figures of earlier try {attached_to}:" if attached_to else "Loaded",
+                      metrics.written_rows, metrics.written_bytes, metrics.duration_ms, metrics.rows_per_second,
+                      metrics.memory_usage, f"{steps.mode} of partitions {', '.join(partitions)}" if partitions
+                      else steps.mode)
         return result
 
     def on_kill(self) -> None:
@@ -272,62 +234,49 @@ class S3ToClickHouseOperator(BaseOperator):
 
     # ------------------------------------------------------------------ retries and staging
     def _resume(
-        self, hook: ClickHouseHook, stem: str, try_number: int, first_try: int, nodes: list[ClusterNode]
+        self, hook: ClickHouseHook, queries: QueryLog, query_id: QueryId, first_try: int,
+        nodes: Sequence[ClusterNode],
     ) -> Resume:
         """Find the earlier tries' queries; wait for running ones; decide load or attach."""
-        regex = query_id_regex(stem)
-        waited: list[str] = []
-        settle_deadline: float | None = None
         while True:
-            tries = hook.earlier_tries(regex, nodes)
-            resume = decide_resume(tries, try_number, first_try)
-            if resume.action == "wait":
-                self.log.info("%s: waiting for it (up to %.0f s)", resume.reason, self.earlier_try_timeout)
-                waited.extend(q for q in resume.query_ids if q not in waited)
-                self._running = (hook, resume.query_ids, nodes)
-                try:
-                    hook.wait_for_queries(resume.query_ids, nodes, timeout=self.earlier_try_timeout, log=self.log)
-                finally:
-                    self._running = None
-                continue
+            resume = decide_resume(queries.earlier_tries(query_id, nodes), query_id.try_number, first_try)
+            if resume.action != "wait":
+                self.log.info("Try %d: %s", query_id.try_number, resume.reason)
+                return resume
+            self.log.info("%s: waiting for it (up to %.0f s)", resume.reason, self.earlier_try_timeout)
+            self._running = (hook, resume.query_ids, nodes)
+            try:
+                queries.wait_for_queries(resume.query_ids, nodes, timeout=self.earlier_try_timeout, log=self.log)
+            finally:
+                self._running = None
             # A query that just left system.processes may reach system.query_log a moment later.
-            logged = {t.query_id for t in tries if t.state != "running"}
-            missing = [q for q in waited if q not in logged]
-            if missing:
-                settle_deadline = settle_deadline or time.monotonic() + 15
-                if time.monotonic() < settle_deadline:
-                    time.sleep(0.5)
-                    continue
-                self.log.warning("Earlier try %s ended but is not in system.query_log", ", ".join(missing))
-            self.log.info("Try %d: %s", try_number, resume.reason)
-            return resume
+            for waited in resume.query_ids:
+                try:
+                    queries.entry(waited, nodes, wait=SETTLE_SECONDS)
+                except Exception as exc:  # noqa: BLE001 - failed or missing: the next look decides
+                    self.log.info("Earlier try %s: %s", waited, exc)
 
-    def _prepare_staging(self, hook: ClickHouseHook, steps: LoadSteps) -> None:
-        """Drop the staging table a dead try left (no earlier try runs: checked), create it afresh."""
-        assert steps.staging is not None
-        if hook.table_exists(steps.staging):
-            self.log.info("Dropping staging table %s left by an earlier try", steps.staging)
-        hook.execute(render_drop_table(steps.staging))
-        hook.execute(render_create_staging(steps.staging, steps.target))
-        if steps.marker is not None:
-            hook.execute(render_set_comment(steps.staging, steps.marker))
-        self.log.info("Created staging table %s AS %s", steps.staging, steps.target)
+    def _run(self, hook: ClickHouseHook, steps: list[Step]) -> None:
+        for step in steps:
+            hook.execute(step.sql)
+            if step.note:
+                self.log.info("%s", step.note)
 
     def _insert(
-        self, hook: ClickHouseHook, sql: str, query_id: str, nodes: list[ClusterNode], steps: LoadSteps
+        self, hook: ClickHouseHook, queries: QueryLog, sql: str, query_id: QueryId, nodes: Sequence[ClusterNode],
+        steps: LoadSteps,
     ) -> None:
-        self._running = (hook, [query_id], nodes)
+        if steps.staging is not None:
+            self._run(hook, prepare_statements(steps, staging_exists=hook.table_comment(steps.staging) is not None))
+        self._running = (hook, [str(query_id)], nodes)
         try:
-            hook.run_insert(sql, query_id=query_id, log=self.log)
+            hook.run_insert(sql, query_id=str(query_id), log=self.log)
         except ClickHouseUnavailableError:
-            # The server may still be running the load: leave the staging table to the retry.
-            raise
+            raise  # the server may still be running the load: leave the staging table to the retry
         except Exception:
-            if steps.staging is not None and not hook.running_queries([query_id], nodes):
+            if steps.staging is not None and not queries.running_queries([str(query_id)], nodes):
                 try:
-                    hook.execute(render_drop_table(steps.staging))
-                    self.log.info("The load failed: dropped staging table %s; %s is untouched", steps.staging,
-                                  steps.target)
+                    self._run(hook, abandon_statements(steps))
                 except Exception as exc:  # noqa: BLE001 - best effort; the next try drops it too
                     self.log.warning("Could not drop staging table %s: %s", steps.staging, exc)
             raise
@@ -335,82 +284,36 @@ class S3ToClickHouseOperator(BaseOperator):
             self._running = None
 
     def _finalize(self, hook: ClickHouseHook, steps: LoadSteps) -> list[str]:
-        """Bring the staging table's rows into the target; idempotent, so a retry can resume it.
-
-        :return: the partitions this try moved or replaced (for ``overwrite``: the new table's).
-        """
-        staging, target = steps.staging, steps.target
-        assert staging is not None
-        if steps.finalize == "exchange":
-            assert steps.marker is not None
-            todo = overwrite_steps(hook.table_comment(staging), hook.table_comment(target), steps.marker)
-            if "exchange" in todo:
-                hook.execute(render_exchange(target, staging))
-                self.log.info("Exchanged %s and %s", target, staging)
-            if "restore_comment" in todo:
-                # The old table (now named like the staging table) carries the target's comment.
-                old_comment = hook.table_comment(staging) or ""
-                hook.execute(render_set_comment(target, "" if old_comment.startswith(STAGING_MARKER) else old_comment))
-            if "drop_staging" not in todo:
-                self.log.info("Staging table %s is gone: an earlier try finished this load", staging)
-                return []
-            partitions = [value for _, value in hook.partitions(target)]
-        else:
-            if not hook.table_exists(staging):
-                self.log.info("Staging table %s is gone: an earlier try finished this load", staging)
-                return []
-            partitions = []
-            for partition_id, value in hook.partitions(staging):
-                if steps.finalize == "move":
-                    hook.execute(render_move_partition(staging, target, partition_id))
-                else:
-                    hook.execute(render_replace_partition(target, staging, partition_id))
-                partitions.append(value)
-                self.log.info("%s partition %s", "Moved" if steps.finalize == "move" else "Replaced", value)
-        hook.execute(render_drop_table(staging))
-        return partitions
+        """Bring the staging table's rows into the target; idempotent, so a retry can resume it."""
+        staging = steps.staging
+        if staging is None:
+            return []
+        staging_comment = hook.table_comment(staging)
+        finalize = finalize_statements(
+            steps,
+            staging_comment=staging_comment,
+            target_comment=hook.table_comment(steps.target),
+            staging_partitions=hook.partitions(staging) if staging_comment is not None else [],
+            target_partitions=hook.partitions(steps.target) if steps.finalize == "exchange" else [],
+        )
+        self._run(hook, finalize.steps)
+        if finalize.done_before:
+            self.log.info("Staging table %s is gone: an earlier try finished this load", staging)
+        return finalize.partitions
 
     # ------------------------------------------------------------------ output
-    def _log_plan(self, plan: LoadPlan, redacted_sql: str) -> None:
-        self.log.info("Strategy: %s (%s)", plan.strategy, plan.strategy_reason)
-        self.log.info("Memory budget: %d bytes (%s)", plan.budget_bytes, plan.budget_reason)
+    def _log_plan(self, plan: LoadPlan, steps: LoadSteps, redacted_sql: str, profile: ServerProfile) -> None:
+        log: logging.Logger = self.log
+        log.info("Server: ClickHouse %s, %d cores, memory %d bytes (%s), cluster %s with %d nodes, target %s",
+                 profile.version, profile.cores, profile.memory_bytes, profile.memory_source,
+                 profile.cluster, len(profile.nodes), profile.table.engine)
+        log.info("Strategy: %s (%s)", plan.strategy, plan.strategy_reason)
+        log.info("Memory budget: %d bytes (%s)", plan.budget_bytes, plan.budget_reason)
         for name, value in plan.settings.values.items():
-            self.log.info("  %s = %s: %s", name, value, plan.settings.reasons.get(name, ""))
+            log.info("  %s = %s: %s", name, value, plan.settings.reasons.get(name, ""))
         for check in plan.checks:
-            self.log.info("Check %s: %s: %s", check.name, check.status, check.message)
-        for warning in plan.warnings:
-            self.log.warning("%s", warning)
-        self.log.info("SQL: %s", redacted_sql)
-
-    @staticmethod
-    def result(plan: LoadPlan, metrics: LoadMetrics, wall_ms: int) -> dict[str, Any]:
-        """The XCom return value: the plan's summary and the figures from ``system.query_log``."""
-        executed: dict[str, Any] = {}
-        for name in plan.settings.values:
-            raw = metrics.settings.get(name)
-            executed[name] = int(raw) if raw is not None and raw.lstrip("-").isdigit() else raw
-        return {
-            "query_id": metrics.query_id,
-            "table": str(plan.table),
-            "strategy": plan.strategy,
-            "strategy_reason": plan.strategy_reason,
-            "files": plan.manifest.get("files"),
-            "bytes": plan.manifest.get("bytes"),
-            "format": plan.format,
-            "compression": plan.compression,
-            "settings": executed,
-            "settings_reasons": plan.settings.reasons,
-            "overrides": plan.settings.overrides,
-            "budget_bytes": plan.budget_bytes,
-            "written_rows": metrics.written_rows,
-            "written_bytes": metrics.written_bytes,
-            "read_rows": metrics.read_rows,
-            "read_bytes": metrics.read_bytes,
-            "duration_ms": metrics.duration_ms,
-            "memory_usage": metrics.memory_usage,
-            "rows_per_second": metrics.rows_per_second,
-            "wall_ms": wall_ms,
-            "nodes": [n.model_dump(mode="json") for n in metrics.nodes],
-            "checks": [c.model_dump(mode="json") for c in plan.checks],
-            "warnings": plan.warnings,
-        }
+            log.info("Check %s: %s: %s", check.name, check.status, check.message)
+        for warning in [*plan.warnings, *steps.warnings]:
+            log.warning("%s", warning)
+        log.info("SQL: %s", redacted_sql)
+        log.info("Mode %s: %s", steps.mode, steps.reason)

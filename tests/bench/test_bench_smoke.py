@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_quick_bench_reports_every_variant_and_ratio(tmp_path: Path) -> None:
-    out = subprocess.run(  # noqa: S603
+    out = subprocess.run(
         [sys.executable, "-m", "bench.run", "--quick", "--skip-overhead", "--out", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
     )

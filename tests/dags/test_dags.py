@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.cli import read_xcom
 from airflow_provider_s3ch.local.sample import posts_ddl, write_posts
+from airflow_provider_s3ch.local.stack import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,7 +38,7 @@ def _airflow(home: Path, dags: Path, stack: LocalStack, *args: str) -> subproces
             "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
         }
     )
-    return subprocess.run(  # noqa: S603
+    return subprocess.run(
         [sys.executable, "-m", "airflow", *args], env=env, capture_output=True, text=True, timeout=600, check=False
     )
 
@@ -118,3 +120,29 @@ def test_cluster_example_dag_goes_distributed(tmp_path: Path) -> None:
         for node in stack.nodes:
             local = stack.clickhouse_client(node.index).execute("SELECT count() FROM default.posts_local")[0][0]
             assert local == per_node[node.address]
+
+
+def test_a_type_error_is_not_retried_and_a_server_that_does_not_answer_is(tmp_path: Path, dag_stack: LocalStack) -> None:
+    """Through Airflow's own task runner: retries=2 on both tasks."""
+    dag_stack.create_bucket("s3ch-retries")
+    dag_stack.s3_client().put_object(Bucket="s3ch-retries", Key="typed/bad.csv", Body=b"id,name\nabc,x\n")
+    ch = dag_stack.clickhouse_client()
+    ch.execute("CREATE TABLE default.typed (id UInt64, name String) ENGINE = MergeTree ORDER BY id")
+    down = {"conn_type": "clickhouse", "host": "127.0.0.1", "port": free_port(), "extra": {"connect_timeout": 1}}
+    home = tmp_path / "airflow"
+    home.mkdir()
+    dags = Path(__file__).parent / "dags"
+    os.environ["AIRFLOW_CONN_CLICKHOUSE_DOWN"] = json.dumps(down)
+    try:
+        for args in (("db", "migrate"), ("dags", "reserialize"), ("dags", "test", "s3ch_retries")):
+            out = _airflow(home, dags, dag_stack, *args)
+    finally:
+        os.environ.pop("AIRFLOW_CONN_CLICKHOUSE_DOWN")
+    log = out.stdout + out.stderr
+    with sqlite3.connect(home / "airflow.db") as db:
+        tries = dict(db.execute("SELECT task_id, try_number FROM task_instance WHERE dag_id = 's3ch_retries'"))
+        states = dict(db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = 's3ch_retries'"))
+    assert states == {"type_error": "failed", "server_down": "failed"}, log[-4000:]
+    assert tries == {"type_error": 1, "server_down": 3}, log[-4000:]
+    assert "ClickHouseQueryError" in log and "ClickHouseUnavailableError" in log
+    assert ch.execute("SELECT count() FROM default.typed")[0][0] == 0

@@ -197,6 +197,6 @@ def start_worker(stack: LocalStack, *, task_id: str, run_id: str, try_number: in
     env.update(stack.airflow_env())
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
     payload = json.dumps({"task_id": task_id, "run_id": run_id, "try_number": try_number, **kwargs})
-    return subprocess.Popen(  # noqa: S603
+    return subprocess.Popen(
         [sys.executable, "-c", WORKER, payload], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

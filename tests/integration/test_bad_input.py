@@ -7,11 +7,12 @@ import sys
 import time
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
 from airflow_provider_s3ch.errors import (
-    AirflowFailException,
     BucketError,
     ClickHouseAuthError,
+    ClickHouseQueryError,
     ClickHouseUnavailableError,
     FormatError,
     InvalidRequestError,
@@ -127,7 +128,7 @@ def test_access_denied(stack, guarded, env_conn, tmp_path) -> None:
     """A real S3 server that checks credentials (moto with auth on) refuses unknown keys."""
     port = free_port()
     env = {"INITIAL_NO_AUTH_ACTION_COUNT": "0", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.Popen(  # noqa: S603
+    proc = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
@@ -136,7 +137,7 @@ def test_access_denied(stack, guarded, env_conn, tmp_path) -> None:
 
         for _ in range(100):
             try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)  # noqa: S310
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
                 break
             except Exception as exc:  # noqa: BLE001
                 if getattr(exc, "code", None):
@@ -155,3 +156,18 @@ def test_access_denied(stack, guarded, env_conn, tmp_path) -> None:
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_a_type_error_fails_without_retrying_and_leaves_the_target(stack: LocalStack, posts: SampleDataset) -> None:
+    """Text that cannot parse as UInt64: the same load would fail the same way, so no retry is spent on it."""
+    client = stack.clickhouse_client()
+    client.execute("CREATE TABLE default.typed (id UInt64, name String) ENGINE = MergeTree ORDER BY id")
+    client.execute("INSERT INTO default.typed VALUES (1, 'kept')")
+    stack.s3_client().put_object(Bucket=posts.bucket, Key="typed/bad.csv", Body=b"id,name\nabc,x\n2,y\n")
+    op = S3ToClickHouseOperator(task_id="typed", s3_uri=f"s3://{posts.bucket}/typed/*.csv", table="default.typed")
+    with pytest.raises(ClickHouseQueryError, match="retrying would fail the same way") as info:
+        op.execute(fake_context("typed"))
+    assert isinstance(info.value, AirflowFailException), "a terminal error: Airflow does not retry it"
+    assert "abc" in str(info.value) or "UInt64" in str(info.value), info.value
+    assert client.execute("SELECT id, name FROM default.typed") == [(1, "kept")]
+    assert client.execute("SELECT count() FROM system.tables WHERE name LIKE '_s3ch_stage_%'")[0][0] == 0

@@ -25,12 +25,13 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_s3ch.core.models import TableRef
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, QueryId, staging_marker, staging_table
+from airflow_provider_s3ch.core.sql import quote_literal, render_table
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, LoadError
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import posts_ddl, write_posts
-from airflow_provider_s3ch.models import TableRef
-from airflow_provider_s3ch.modes import STAGING_PREFIX, split_query_id, staging_marker, staging_table
-from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator, make_query_id
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from tests.integration.faults import (
     BlackholeProxy,
     Reader,
@@ -42,7 +43,6 @@ from tests.integration.faults import (
     wait_gone,
     wait_running,
 )
-from airflow_provider_s3ch.sql import quote_literal, render_table
 from tests.integration.support import fake_context
 
 BUCKET = "s3ch-faults"
@@ -202,8 +202,9 @@ def run_in_thread(op: S3ToClickHouseOperator, context: dict[str, Any]) -> tuple[
     return thread, box
 
 
-def qid(run_id: str, try_number: int) -> str:
-    return make_query_id("it", "load", run_id, -1, try_number)
+def qid(op: S3ToClickHouseOperator, run_id: str, try_number: int) -> str:
+    """The query id of one try of ``op`` (its stem covers the load's configuration)."""
+    return str(op.query_id(fake_context("load", try_number, run_id)))
 
 
 def retry_and_check(fx: Fx, t: Target, run_id: str, scenario: str, reader: Reader, **kwargs: Any) -> dict[str, Any]:
@@ -217,7 +218,7 @@ def retry_and_check(fx: Fx, t: Target, run_id: str, scenario: str, reader: Reade
     assert result["written_rows"] == ROWS
     assert staging_tables(fx) == [], "the staging table must be gone"
     OUTCOMES.append(
-        f"{scenario:<34} {t.mode:<19} try1 -> {outcome(fx.stack, qid(run_id, 1))}; try2 "
+        f"{scenario:<34} {t.mode:<19} try1 -> {outcome(fx.stack, qid(operator(fx, t, **kwargs), run_id, 1))}; try2 "
         f"{'attached to try1' if result['attached_to'] else 'loaded afresh'}; before {t.before} -> after {after} "
         f"== clean {t.expected}; {seen}"
     )
@@ -243,8 +244,9 @@ def test_s3_server_stopped_mid_load(fx: Fx, mode: str) -> None:
     reader = reader_for(fx, t).__enter__()
     # ClickHouse retries S3 errors itself (s3_retry_attempts); 2 attempts make the outage fail the load in seconds.
     settings = {**SLOW, "s3_retry_attempts": 2}
-    thread, box = run_in_thread(operator(fx, t, settings=settings), fake_context("load", 1, run_id))
-    wait_running(fx.stack, qid(run_id, 1))
+    op = operator(fx, t, settings=settings)
+    thread, box = run_in_thread(op, fake_context("load", 1, run_id))
+    wait_running(fx.stack, qid(op, run_id, 1))
     partial = wait_committed(fx)
     fx.stack.stop_s3()
     thread.join(timeout=300)
@@ -278,8 +280,9 @@ def start_then_cut_connection(fx: Fx, mode: str, faulty_conn: tuple[str, Blackho
     t = make_target(fx, mode)
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     reader = reader_for(fx, t).__enter__()
-    thread, box = run_in_thread(operator(fx, t, clickhouse_conn_id=conn_id), fake_context("load", 1, run_id))
-    wait_running(fx.stack, qid(run_id, 1))
+    op = operator(fx, t, clickhouse_conn_id=conn_id)
+    thread, box = run_in_thread(op, fake_context("load", 1, run_id))
+    wait_running(fx.stack, qid(op, run_id, 1))
     proxy.cut()
     thread.join(timeout=120)
     assert isinstance(box.get("error"), ClickHouseUnavailableError), box
@@ -293,10 +296,11 @@ def test_connection_dropped_mid_load_retry_attaches_to_running_query(fx: Fx, mod
     The retry finds try 1 still running, waits for it and takes its figures: one insert, not two.
     """
     t, run_id, reader = start_then_cut_connection(fx, mode, faulty_conn)
-    assert is_running(fx.stack, qid(run_id, 1)), "the server should still run try 1 (the load is ~8 s)"
+    op = operator(fx, t)
+    assert is_running(fx.stack, qid(op, run_id, 1)), "the server should still run try 1 (the load is ~8 s)"
     result = retry_and_check(fx, t, run_id, "ClickHouse connection dropped", reader)
-    assert result["attached_to"] == qid(run_id, 1)
-    assert outcome(fx.stack, qid(run_id, 2)) is None, "try 2 must not insert"
+    assert result["attached_to"] == qid(op, run_id, 1)
+    assert outcome(fx.stack, qid(op, run_id, 2)) is None, "try 2 must not insert"
 
 
 # ---------------------------------------------------------------------- 3. task killed
@@ -314,15 +318,16 @@ def test_worker_killed_mid_load(fx: Fx, mode: str) -> None:
     proc = start_worker(
         fx.stack, task_id="load", run_id=run_id, try_number=1, s3_uri=fx.uri, table=t.table, mode=mode, settings=SLOW
     )
+    op = operator(fx, t)
     try:
-        wait_running(fx.stack, qid(run_id, 1))
+        wait_running(fx.stack, qid(op, run_id, 1))
         partial = wait_committed(fx)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
-    wait_gone(fx.stack, qid(run_id, 1))
+    wait_gone(fx.stack, qid(op, run_id, 1))
     assert fingerprint(fx.stack, t.table) == t.before, "a dead try must leave the target untouched"
     left = staging_tables(fx)
     assert 0 < partial < ROWS and len(left) == 1, (partial, left)  # the dead try's partial rows, kept from the target
@@ -338,12 +343,12 @@ def test_on_kill_kills_the_query_and_leaves_the_target_untouched(fx: Fx, mode: s
     reader = reader_for(fx, t).__enter__()
     op = operator(fx, t)
     thread, box = run_in_thread(op, fake_context("load", 1, run_id))
-    wait_running(fx.stack, qid(run_id, 1))
+    wait_running(fx.stack, qid(op, run_id, 1))
     partial = wait_committed(fx)
     assert 0 < partial < ROWS
     killed_at = time.monotonic()
     op.on_kill()
-    wait_gone(fx.stack, qid(run_id, 1), timeout=10)
+    wait_gone(fx.stack, qid(op, run_id, 1), timeout=10)
     gone_after = time.monotonic() - killed_at
     thread.join(timeout=60)
     assert isinstance(box.get("error"), LoadError), box
@@ -363,12 +368,13 @@ def test_load_succeeded_on_server_but_failed_on_client(fx: Fx, mode: str, faulty
     In the staging modes try 1 never reached its finalizing step: the retry does it.
     """
     t, run_id, reader = start_then_cut_connection(fx, mode, faulty_conn)
-    wait_gone(fx.stack, qid(run_id, 1))
-    assert outcome(fx.stack, qid(run_id, 1)) == "QueryFinish(0)"
+    op = operator(fx, t)
+    wait_gone(fx.stack, qid(op, run_id, 1))
+    assert outcome(fx.stack, qid(op, run_id, 1)) == "QueryFinish(0)"
     assert fingerprint(fx.stack, t.table) == t.before, "the rows wait in the staging table"
     result = retry_and_check(fx, t, run_id, "server succeeded, client failed", reader)
-    assert result["attached_to"] == qid(run_id, 1)
-    assert outcome(fx.stack, qid(run_id, 2)) is None, "try 2 must not insert"
+    assert result["attached_to"] == qid(op, run_id, 1)
+    assert outcome(fx.stack, qid(op, run_id, 2)) is None, "try 2 must not insert"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -399,12 +405,13 @@ def test_worker_died_while_finishing_the_staging_step(fx: Fx, mode: str) -> None
     ch = fx.stack.clickhouse_client()
     ch.execute(f"ALTER TABLE {t.table} MODIFY COMMENT 'posts by month'")
     run_id = f"run-{uuid.uuid4().hex[:8]}"
-    stem, _ = split_query_id(qid(run_id, 1))
+    op = operator(fx, t, settings={})
+    stem = QueryId.parse(qid(op, run_id, 1)).stem
     staging = render_table(staging_table(TableRef.parse(t.table), stem))
     ch.execute(f"CREATE TABLE {staging} AS {t.table}")
     if mode == "overwrite":
         ch.execute(f"ALTER TABLE {staging} MODIFY COMMENT {quote_literal(staging_marker(stem))}")
-    ch.execute(f"INSERT INTO {staging} SELECT * FROM default.clean", query_id=qid(run_id, 1))
+    ch.execute(f"INSERT INTO {staging} SELECT * FROM default.clean", query_id=qid(op, run_id, 1))
     if mode == "overwrite":
         ch.execute(f"EXCHANGE TABLES {t.table} AND {staging}")
     else:
@@ -415,8 +422,8 @@ def test_worker_died_while_finishing_the_staging_step(fx: Fx, mode: str) -> None
             )
     reader = reader_for(fx, t).__enter__()
     result = retry_and_check(fx, t, run_id, "died while finishing", reader, settings={})
-    assert result["attached_to"] == qid(run_id, 1)
-    assert outcome(fx.stack, qid(run_id, 2)) is None
+    assert result["attached_to"] == qid(op, run_id, 1)
+    assert outcome(fx.stack, qid(op, run_id, 2)) is None
     expected_parts = {"append": 4, "replace_partitions": 6, "overwrite": 6}[mode]
     assert len(result["partitions"]) == expected_parts, result["partitions"]
     comment = ch.execute(f"SELECT comment FROM system.tables WHERE database = 'default' AND name = '{t.table[8:]}'")

@@ -17,7 +17,7 @@ import pytest
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, LoadError
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import POSTS_DDL, SampleDataset, write_posts
-from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator, make_query_id
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from tests.integration.faults import BlackholeProxy, outcome, wait_running
 from tests.integration.support import SAMPLE_BUCKET, count, fake_context
 from tests.integration.test_faults import run_in_thread
@@ -65,11 +65,10 @@ def test_distributed_retry_waits_for_the_running_load_on_every_node(
 ) -> None:
     conn_id, proxy = faulty_cluster_conn
     run_id = f"run-{uuid.uuid4().hex[:8]}"
-    try1, try2 = (make_query_id("it", "load", run_id, -1, n) for n in (1, 2))
     kwargs = {"s3_uri": dfiles.s3_uri, "table": dist, "aws_conn_id": "aws_cluster", "settings": SLOW}
-    thread, box = run_in_thread(
-        S3ToClickHouseOperator(task_id="load", clickhouse_conn_id=conn_id, **kwargs), fake_context("load", 1, run_id)
-    )
+    op = S3ToClickHouseOperator(task_id="load", clickhouse_conn_id=conn_id, **kwargs)
+    try1, try2 = (str(op.query_id(fake_context("load", n, run_id))) for n in (1, 2))
+    thread, box = run_in_thread(op, fake_context("load", 1, run_id))
     wait_running(cluster_stack, try1, min_written=0)
     deadline = time.monotonic() + 30
     while sum(1 for n in _secondary(cluster_stack, try1) if n) < 3 and time.monotonic() < deadline:
@@ -93,11 +92,11 @@ def test_distributed_on_kill_kills_the_query_on_every_node(
     cluster_stack: LocalStack, dfiles: SampleDataset, dist: str
 ) -> None:
     run_id = f"run-{uuid.uuid4().hex[:8]}"
-    try1 = make_query_id("it", "load", run_id, -1, 1)
     op = S3ToClickHouseOperator(
         task_id="load", s3_uri=dfiles.s3_uri, table=dist, clickhouse_conn_id="clickhouse_cluster",
         aws_conn_id="aws_cluster", settings=SLOW,
     )
+    try1 = str(op.query_id(fake_context("load", 1, run_id)))
     thread, box = run_in_thread(op, fake_context("load", 1, run_id))
     wait_running(cluster_stack, try1, min_written=0)
     deadline = time.monotonic() + 30

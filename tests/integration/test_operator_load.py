@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import uuid
 
 import pytest
 
@@ -140,3 +141,20 @@ def test_bucket_in_other_region_warns_by_default(stack: LocalStack, posts_table:
     assert result["written_rows"] == 1
     assert any("us-west-2" in w and "eu-west-3" in w for w in result["warnings"])
     assert {c["name"]: c["status"] for c in result["checks"]}["region"] == "warn"
+
+
+def test_a_retry_after_the_s3_uri_changed_loads_afresh(stack: LocalStack, posts: SampleDataset, posts_table: str) -> None:
+    """Try 1 loaded one month; the DAG was edited to the next month before try 2: try 2 must not take try 1's
+    figures (nor its staging table) but load the new month."""
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    first, second = (f"s3://{posts.bucket}/{key}" for key in posts.keys[:2])
+    one = S3ToClickHouseOperator(task_id="load", s3_uri=first, table=posts_table).execute(fake_context("load", 1, run_id))
+    again = S3ToClickHouseOperator(task_id="load", s3_uri=first, table=posts_table)
+    assert again.query_id(fake_context("load", 2, run_id)).stem == one["query_id"].split("-")[1]
+    two = S3ToClickHouseOperator(task_id="load", s3_uri=second, table=posts_table).execute(
+        fake_context("load", 2, run_id)
+    )
+    assert two["attached_to"] is None and two["query_id"] != one["query_id"]
+    assert two["query_id"].split("-")[1] != one["query_id"].split("-")[1], "a new configuration, a new stem"
+    assert count(stack, posts_table) == one["written_rows"] + two["written_rows"]
+    assert two["written_rows"] > 0 and two["partitions"] != one["partitions"]

@@ -6,10 +6,11 @@ import io
 
 import pyarrow.parquet as pq
 
+from airflow_provider_s3ch.core.manifest import FOOTER_SAMPLE
+from airflow_provider_s3ch.core.models import LoadRequest
+from airflow_provider_s3ch.hooks.s3 import build_manifest
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import SampleDataset
-from airflow_provider_s3ch.models import LoadRequest
-from airflow_provider_s3ch.s3 import FOOTER_SAMPLE, build_manifest
 
 
 def test_footers_give_uncompressed_sizes(stack: LocalStack, posts: SampleDataset) -> None:

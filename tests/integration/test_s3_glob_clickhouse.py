@@ -20,8 +20,10 @@ from types import ModuleType
 import boto3
 import pytest
 
-from airflow_provider_s3ch.errors import InvalidRequestError
-from airflow_provider_s3ch.s3 import detect_compression, expand_keys, glob_to_regex, list_matching
+from airflow_provider_s3ch.core.errors import InvalidRequestError
+from airflow_provider_s3ch.core.formats import detect_compression
+from airflow_provider_s3ch.core.glob import expand_keys, glob_to_regex
+from airflow_provider_s3ch.hooks.s3 import list_matching
 
 moto_server = pytest.importorskip("moto.server")
 

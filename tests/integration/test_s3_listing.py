@@ -14,9 +14,9 @@ from typing import Any
 import boto3
 import pytest
 
+from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.errors import BucketError, FormatError, NoObjectsError
-from airflow_provider_s3ch.models import LoadRequest
-from airflow_provider_s3ch.s3 import bucket_region, build_manifest, list_matching
+from airflow_provider_s3ch.hooks.s3 import bucket_region, build_manifest, list_matching
 
 moto_server = pytest.importorskip("moto.server")
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_provider_s3ch.errors import AirflowFailException, InvalidRequestError
-from airflow_provider_s3ch.models import LoadRequest, TableRef, parse_size
+from airflow_provider_s3ch import errors
+from airflow_provider_s3ch.core.errors import InvalidRequestError
+from airflow_provider_s3ch.core.models import LoadRequest, TableRef
+from airflow_provider_s3ch.core.sizes import parse_size
 
 
 @pytest.mark.parametrize(
@@ -45,9 +48,10 @@ def test_s3_uri_rejects(uri) -> None:
 
 
 def test_bad_literal_argument_is_terminal_and_named() -> None:
-    with pytest.raises(InvalidRequestError, match="region_check='maybe'") as info:
+    with pytest.raises(InvalidRequestError, match="region_check='maybe'") as info, errors.provider_errors():
         LoadRequest.from_arguments(s3_uri="s3://b/x/*.csv", table="t", region_check="maybe")
     assert isinstance(info.value, AirflowFailException)
+    assert isinstance(info.value, errors.S3chError) and isinstance(info.value, errors.InvalidRequestError)
 
 
 def test_settings_validation() -> None:

@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_provider_s3ch.errors import InvalidRequestError, PlanError
-from airflow_provider_s3ch.models import LoadRequest, TableInfo, TableRef
-from airflow_provider_s3ch.modes import (
+from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
+from airflow_provider_s3ch.core.models import LoadRequest, TableInfo, TableRef
+from airflow_provider_s3ch.core.recovery import (
     STAGING_PREFIX,
     EarlierTry,
+    LoadSteps,
+    QueryId,
+    abandon_statements,
     decide_resume,
+    finalize_statements,
     first_try_of_series,
     overwrite_steps,
     plan_steps,
-    query_id_regex,
-    split_query_id,
+    prepare_statements,
     staging_marker,
     staging_table,
 )
-from airflow_provider_s3ch.operators.s3_to_clickhouse import make_query_id
-from airflow_provider_s3ch.sql import (
+from airflow_provider_s3ch.core.sql import (
     render_create_staging,
     render_drop_table,
     render_exchange,
@@ -39,22 +41,23 @@ MEM = TableInfo(database="db", name="posts", engine="Memory")
 
 
 def test_query_id_round_trip() -> None:
-    qid = make_query_id("dag", "task", "run", -1, 3)
-    stem, n = split_query_id(qid)
+    qid = str(QueryId.for_task("dag", "task", "run", -1, 3))
+    parsed = QueryId.parse(qid)
+    stem, n = parsed.stem, parsed.try_number
     assert n == 3 and qid == f"s3ch-{stem}-try3"
-    assert make_query_id("dag", "task", "run", -1, 1).startswith(f"s3ch-{stem}-")
+    assert str(QueryId.for_task("dag", "task", "run", -1, 1)).startswith(f"s3ch-{stem}-")
 
 
 @pytest.mark.parametrize("bad", ["", "s3ch-xyz-try1", "s3ch-abc-try", "other-abc-try1", "s3ch-abc-try1; DROP"])
 def test_split_query_id_rejects(bad: str) -> None:
     with pytest.raises(InvalidRequestError):
-        split_query_id(bad)
+        QueryId.parse(bad)
 
 
 def test_query_id_regex_only_takes_hex_stems() -> None:
-    assert query_id_regex(STEM) == f"^s3ch-{STEM}-try[0-9]+$"
+    assert QueryId(stem=STEM, try_number=1).pattern == f"^s3ch-{STEM}-try[0-9]+$"
     with pytest.raises(InvalidRequestError):
-        query_id_regex("abc'); DROP TABLE x; --")
+        QueryId(stem="abc'); DROP TABLE x; --", try_number=1)
 
 
 # --- steps ------------------------------------------------------------------------------
@@ -97,17 +100,18 @@ def test_replace_modes_refuse_unstageable_targets(mode: str, table: TableInfo, w
 
 
 def test_materialized_views_keep_append_direct_and_warn_in_replace_modes() -> None:
-    steps = plan_steps("append", MT, STEM, dependent_views=["db.mv"])
+    steps = plan_steps("append", MT.model_copy(update={"dependent_views": ["db.mv"]}), STEM)
     assert steps.staging is None and "db.mv" in steps.reason
-    steps = plan_steps("replace_partitions", MT, STEM, dependent_views=["db.mv"])
+    steps = plan_steps("replace_partitions", MT.model_copy(update={"dependent_views": ["db.mv"]}), STEM)
     assert steps.staging is not None and any("db.mv" in w for w in steps.warnings)
 
 
 def test_overwrite_needs_exchange_tables() -> None:
     with pytest.raises(PlanError, match="Ordinary"):
-        plan_steps("overwrite", MT, STEM, database_engine="Ordinary")
-    assert plan_steps("overwrite", MT, STEM, database_engine="Atomic").finalize == "exchange"
-    assert plan_steps("replace_partitions", MT, STEM, database_engine="Ordinary").finalize == "replace"
+        plan_steps("overwrite", MT.model_copy(update={"database_engine": "Ordinary"}), STEM)
+    assert plan_steps("overwrite", MT.model_copy(update={"database_engine": "Atomic"}), STEM).finalize == "exchange"
+    ordinary = MT.model_copy(update={"database_engine": "Ordinary"})
+    assert plan_steps("replace_partitions", ordinary, STEM).finalize == "replace"
 
 
 # --- retries ----------------------------------------------------------------------------
@@ -184,3 +188,62 @@ def test_overwrite_steps_from_the_comments() -> None:
     assert overwrite_steps("orig", "orig", m) == ["drop_staging"]  # restored, crashed before the drop
     assert overwrite_steps(None, "orig", m) == []  # all done
     assert overwrite_steps(None, m, m) == ["restore_comment"]
+
+
+# --- the statements around the insert, every mode ------------------------------------------
+
+PARTS = [("200807", "200807"), ("200808", "200808")]
+
+
+def _steps(mode: str) -> LoadSteps:
+    return plan_steps(mode, MT, STEM)
+
+
+def test_prepare_creates_the_staging_table_and_marks_it_for_overwrite() -> None:
+    stage = f"`db`.`{STAGING_PREFIX}{STEM}`"
+    sql = [s.sql for s in prepare_statements(_steps("append"), staging_exists=False)]
+    assert sql == [f"DROP TABLE IF EXISTS {stage} SYNC", f"CREATE TABLE {stage} AS `db`.`posts`"]
+    steps = prepare_statements(_steps("overwrite"), staging_exists=True)
+    assert "left by an earlier try" in steps[0].note
+    assert steps[-1].sql == f"ALTER TABLE {stage} MODIFY COMMENT '{staging_marker(STEM)}'"
+    assert abandon_statements(_steps("replace_partitions"))[0].sql == f"DROP TABLE IF EXISTS {stage} SYNC"
+    direct = plan_steps("append", DIST, STEM)
+    assert abandon_statements(direct) == []
+    with pytest.raises(InvalidRequestError, match="no staging table"):
+        prepare_statements(direct, staging_exists=False)
+
+
+@pytest.mark.parametrize(("mode", "verb"), [("append", "MOVE PARTITION ID"), ("replace_partitions", "REPLACE PARTITION ID")])
+def test_finalize_moves_or_replaces_each_partition_then_drops_the_staging_table(mode: str, verb: str) -> None:
+    f = finalize_statements(_steps(mode), staging_comment="", target_comment="", staging_partitions=PARTS)
+    assert [verb in s.sql for s in f.steps] == [True, True, False]
+    assert "'200807'" in f.steps[0].sql and "'200808'" in f.steps[1].sql
+    assert f.steps[-1].sql.startswith("DROP TABLE IF EXISTS") and f.partitions == ["200807", "200808"]
+    assert not f.done_before
+    # A retry after the worker died half-way: only what is left in the staging table.
+    rest = finalize_statements(_steps(mode), staging_comment="", target_comment="", staging_partitions=PARTS[1:])
+    assert rest.partitions == ["200808"] and len(rest.steps) == 2
+    gone = finalize_statements(_steps(mode), staging_comment=None, target_comment="", staging_partitions=[])
+    assert gone.done_before and gone.steps == [] and gone.partitions == []
+
+
+def test_finalize_overwrite_swaps_restores_the_comment_and_drops_the_old_table() -> None:
+    m = staging_marker(STEM)
+    f = finalize_statements(_steps("overwrite"), staging_comment=m, target_comment="posts by month",
+                            staging_partitions=PARTS, target_partitions=[("200001", "200001")])
+    assert [s.sql.split(" ")[0] for s in f.steps] == ["EXCHANGE", "ALTER", "DROP"]
+    assert f.steps[1].sql.endswith("MODIFY COMMENT 'posts by month'") and f.partitions == ["200807", "200808"]
+    # Swapped, then the worker died: the old table (under the staging name) carries the target's comment.
+    after = finalize_statements(_steps("overwrite"), staging_comment="posts by month", target_comment=m,
+                                staging_partitions=[("200001", "200001")], target_partitions=PARTS)
+    assert [s.sql.split(" ")[0] for s in after.steps] == ["ALTER", "DROP"]
+    assert after.steps[0].sql.endswith("MODIFY COMMENT 'posts by month'") and after.partitions == ["200807", "200808"]
+    # Comment restored, then died before the drop.
+    drop = finalize_statements(_steps("overwrite"), staging_comment="posts by month", target_comment="posts by month",
+                               staging_partitions=[], target_partitions=PARTS)
+    assert [s.sql.split(" ")[0] for s in drop.steps] == ["DROP"]
+    done = finalize_statements(_steps("overwrite"), staging_comment=None, target_comment="x", staging_partitions=[])
+    assert done.done_before and done.steps == []
+    # A target that had no comment of its own gets none back, not the staging marker.
+    bare = finalize_statements(_steps("overwrite"), staging_comment=m, target_comment=m, staging_partitions=PARTS)
+    assert "MODIFY COMMENT ''" in bare.steps[1].sql

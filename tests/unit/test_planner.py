@@ -1,4 +1,4 @@
-"""Unit tests for :mod:`airflow_provider_s3ch.planner` (pure: no server)."""
+"""Unit tests for :mod:`airflow_provider_s3ch.core.plan` (pure: no server)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_s3ch import planner
-from airflow_provider_s3ch.errors import PlanError, RegionMismatchError
-from airflow_provider_s3ch.models import (
+from airflow_provider_s3ch.core import plan as planner
+from airflow_provider_s3ch.core.errors import PlanError, RegionMismatchError
+from airflow_provider_s3ch.core.models import (
     ClusterNode,
     LoadPlan,
     LoadRequest,
@@ -17,7 +17,7 @@ from airflow_provider_s3ch.models import (
     ServerProfile,
     TableInfo,
 )
-from airflow_provider_s3ch.planner import MIN_DATA_BLOCK_BYTES, GiB, MiB, make_plan
+from airflow_provider_s3ch.core.plan import MIN_DATA_BLOCK_BYTES, GiB, MiB, make_plan
 
 #: The guide's Stack Overflow posts: 24.03 GB of Parquet in 189 files.
 GUIDE_BYTES = 24_030_000_000
@@ -120,7 +120,7 @@ def profile(
         cluster=cluster or ("c3" if nodes else None),
         nodes=[ClusterNode(host=f"ch{i}", port=9000, replica_num=i + 1) for i in range(nodes)],
         node_cores=node_cores or [],
-        table=tbl,
+        table=tbl or table(),
     )
 
 

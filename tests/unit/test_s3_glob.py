@@ -8,17 +8,11 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError
 
-from airflow_provider_s3ch.errors import BucketError, InvalidRequestError
-from airflow_provider_s3ch.s3 import (
-    _bucket_error,
-    clickhouse_regex,
-    detect_compression,
-    detect_format,
-    expand_keys,
-    glob_to_regex,
-    has_glob,
-    literal_prefix,
-)
+from airflow_provider_s3ch.core.errors import InvalidRequestError
+from airflow_provider_s3ch.core.formats import detect_compression, detect_format
+from airflow_provider_s3ch.core.glob import clickhouse_regex, expand_keys, glob_to_regex, has_glob, literal_prefix
+from airflow_provider_s3ch.errors import BucketError
+from airflow_provider_s3ch.hooks.s3 import _bucket_error
 
 
 def matches(pattern: str, key: str) -> bool:

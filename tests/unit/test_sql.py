@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_s3ch.errors import InvalidRequestError
-from airflow_provider_s3ch.models import InsertSettings, LoadPlan, S3Credentials, TableRef
-from airflow_provider_s3ch.sql import (
+from airflow_provider_s3ch.core.errors import InvalidRequestError
+from airflow_provider_s3ch.core.models import InsertSettings, LoadPlan, S3Credentials, TableRef
+from airflow_provider_s3ch.core.sql import (
     RenderedSQL,
     quote_identifier,
     quote_literal,

@@ -13,15 +13,11 @@ access key and the session token never appear in the redacted text.
 from __future__ import annotations
 
 import math
-import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from airflow_provider_s3ch.errors import InvalidRequestError
-from airflow_provider_s3ch.models import LoadPlan, S3Credentials, SettingValue, TableRef
-
-#: Setting names ClickHouse accepts (and the only ones we render unquoted).
-SETTING_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+from airflow_provider_s3ch.core.errors import InvalidRequestError
+from airflow_provider_s3ch.core.models import SETTING_NAME_RE, LoadPlan, S3Credentials, SettingValue, TableRef
 
 #: What replaces the secret access key and the session token in the redacted SQL.
 REDACTED = "[redacted]"

@@ -1,8 +1,8 @@
 """Pydantic models that carry one load from request to metrics.
 
 Everything here is plain data: no I/O, no Airflow. The planner
-(:mod:`airflow_provider_s3ch.planner`) and the SQL renderer
-(:mod:`airflow_provider_s3ch.sql`) are functions over these models.
+(:mod:`airflow_provider_s3ch.core.plan`) and the SQL renderer
+(:mod:`airflow_provider_s3ch.core.sql`) are functions over these models.
 """
 
 from __future__ import annotations
@@ -12,59 +12,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
-from airflow_provider_s3ch.errors import InvalidRequestError
+from airflow_provider_s3ch.core.errors import InvalidRequestError
+from airflow_provider_s3ch.core.sizes import parse_size
 
 RegionCheck = Literal["warn", "fail", "off"]
 Strategy = Literal["auto", "single", "distributed"]
 Mode = Literal["append", "replace_partitions", "overwrite"]
 SettingValue = int | float | str
 
-_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000,
-    "kb": 1000,
-    "m": 1000**2,
-    "mb": 1000**2,
-    "g": 1000**3,
-    "gb": 1000**3,
-    "t": 1000**4,
-    "tb": 1000**4,
-    "kib": 1024,
-    "mib": 1024**2,
-    "gib": 1024**3,
-    "tib": 1024**4,
-}
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-_SETTING_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: Setting names ClickHouse accepts (and the only ones rendered unquoted).
+SETTING_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FORMAT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
-
-
-def parse_size(value: int | float | str | None) -> int | None:
-    """Parse a byte size: an integer, or a string such as ``"8GiB"``, ``"512 MiB"``, ``"2GB"``.
-
-    :param value: bytes as a number, or a number followed by a unit (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB).
-    :return: the size in bytes, or None when ``value`` is None or empty.
-    """
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return None
-    if isinstance(value, bool):
-        raise InvalidRequestError(f"memory_cap={value!r} is not a size; give bytes or a string like '8GiB'")
-    if isinstance(value, int | float):
-        if value <= 0:
-            raise InvalidRequestError(f"memory_cap={value!r} must be positive; give bytes or a string like '8GiB'")
-        return int(value)
-    m = _SIZE_RE.match(str(value))
-    unit = m.group(2).lower() if m else None
-    if not m or unit not in _UNITS:
-        raise InvalidRequestError(
-            f"memory_cap={value!r} is not a size; give bytes (e.g. 8589934592) or a number with a unit "
-            "such as '8GiB', '512MiB' or '2GB'"
-        )
-    size = int(float(m.group(1)) * _UNITS[unit])
-    if size <= 0:
-        raise InvalidRequestError(f"memory_cap={value!r} must be positive; give a size such as '8GiB'")
-    return size
 
 
 class TableRef(BaseModel):
@@ -182,7 +140,7 @@ class LoadRequest(BaseModel):
             raise InvalidRequestError(f"settings must be a dict of ClickHouse settings, got {type(v).__name__}")
         out: dict[str, SettingValue] = {}
         for name, value in v.items():
-            if not isinstance(name, str) or not _SETTING_NAME_RE.match(name):
+            if not isinstance(name, str) or not SETTING_NAME_RE.match(name):
                 raise InvalidRequestError(f"settings: {name!r} is not a ClickHouse setting name")
             if isinstance(value, bool):
                 value = int(value)
@@ -293,6 +251,10 @@ class TableInfo(BaseModel):
     local_table: str | None = None
     sharding_key: str | None = None
     local_engine: str | None = None
+    #: The database's engine (``Atomic``, ``Replicated``, ``Ordinary``...); None when unknown.
+    database_engine: str | None = None
+    #: Materialized views (and other dependents) that read from the table, ``db.name``.
+    dependent_views: list[str] = Field(default_factory=list)
 
     @property
     def is_distributed(self) -> bool:
@@ -315,7 +277,7 @@ class ServerProfile(BaseModel):
     cluster: str | None = None
     nodes: list[ClusterNode] = Field(default_factory=list)
     node_cores: list[int] = Field(default_factory=list)
-    table: TableInfo | None = None
+    table: TableInfo
 
     @property
     def node_count(self) -> int:

@@ -10,21 +10,33 @@ its dependent views, the earlier tries' queries) and these functions decide:
   running (wait for it), finished (attach to it: do not insert again) or failed
   (load afresh).
 
-Query ids are ``s3ch-<stem>-try<N>`` (see ``make_query_id``): the stem is the same
-for every try of one task instance, so the staging table and the earlier tries'
-queries are found from it.
+Query ids are ``s3ch-<stem>-try<N>`` (:class:`QueryId`): the stem is the same for every
+try of one task instance and one load configuration, so the staging table and the
+earlier tries' queries are found from it. :func:`prepare_statements` and
+:func:`finalize_statements` say what to run before and after the insert, from facts the
+shell reads.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from airflow_provider_s3ch.errors import InvalidRequestError, PlanError
-from airflow_provider_s3ch.models import Mode, TableInfo, TableRef
+from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
+from airflow_provider_s3ch.core.models import LoadRequest, Mode, TableInfo, TableRef
+from airflow_provider_s3ch.core.sql import (
+    render_create_staging,
+    render_drop_table,
+    render_exchange,
+    render_move_partition,
+    render_replace_partition,
+    render_set_comment,
+)
 
 #: Staging tables are ``<prefix><stem>`` in the target's database.
 STAGING_PREFIX = "_s3ch_stage_"
@@ -38,25 +50,91 @@ MODES: tuple[str, ...] = ("append", "replace_partitions", "overwrite")
 #: Database engines without an atomic ``EXCHANGE TABLES``.
 _NO_EXCHANGE_ENGINES = {"Ordinary", "Memory", "Lazy", "MySQL", "PostgreSQL", "SQLite"}
 
-_QUERY_ID_RE = re.compile(r"^s3ch-(?P<stem>[0-9a-f]+)-try(?P<try>\d+)$")
+_QUERY_ID_RE = re.compile(r"^s3ch-(?P<stem>[0-9a-f]+)-try(?P<try>[0-9]+)$")
+
+#: Hex digits of the stem: 80 bits of sha256, enough that two loads never share one.
+STEM_HEX_DIGITS = 20
 
 
-def split_query_id(query_id: str) -> tuple[str, int]:
-    """``"s3ch-<stem>-try3"`` → ``("<stem>", 3)``.
+def load_fingerprint(request: LoadRequest) -> str:
+    """What makes two runs of one task instance the same load: the rendered source, target and shape.
 
-    :raises InvalidRequestError: not a query id the operator makes.
+    A retry after the DAG was edited (another ``s3_uri``, table, mode, format, compression,
+    structure or settings) is a different load: its query id stem differs, so it never
+    attaches to the old load's figures or its staging table. The memory cap, the strategy and
+    the cluster change how a load runs, not what it loads, and are left out.
+
+    :param request: the validated request.
     """
-    m = _QUERY_ID_RE.match(query_id or "")
-    if not m:
-        raise InvalidRequestError(f"{query_id!r} is not a query id of the form 's3ch-<hex stem>-try<N>'")
-    return m.group("stem"), int(m.group("try"))
+    return json.dumps(
+        {
+            "s3_uri": request.s3_uri,
+            "table": [request.table.database, request.table.name],
+            "mode": request.mode,
+            "format": request.format,
+            "compression": request.compression,
+            "structure": request.structure,
+            "settings": request.settings,
+        },
+        sort_keys=True,
+        default=str,
+    )
 
 
-def query_id_regex(stem: str) -> str:
-    """The RE2 pattern (for ``match()`` in ClickHouse) of every try's query id of one stem."""
-    if not re.fullmatch(r"[0-9a-f]+", stem or ""):
-        raise InvalidRequestError(f"{stem!r} is not a query id stem (hex digits)")
-    return f"^s3ch-{stem}-try[0-9]+$"
+class QueryId(BaseModel):
+    """The load's query id, ``s3ch-<stem>-try<N>``: the one place that knows its format.
+
+    The stem is the same for every try of one task instance and one load configuration
+    (:func:`load_fingerprint`): a retry finds the earlier tries' queries and the staging table
+    by it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    stem: str
+    try_number: int = Field(ge=0)
+
+    @field_validator("stem")
+    @classmethod
+    def _hex(cls, v: str) -> str:
+        if not re.fullmatch(r"[0-9a-f]+", v or ""):
+            raise InvalidRequestError(f"{v!r} is not a query id stem (hex digits)")
+        return v
+
+    @classmethod
+    def for_task(
+        cls, dag_id: str, task_id: str, run_id: str, map_index: int, try_number: int, fingerprint: str = ""
+    ) -> QueryId:
+        """The query id of one try of one task instance.
+
+        :param dag_id: the DAG.
+        :param task_id: the task.
+        :param run_id: the DAG run.
+        :param map_index: the mapped task's index, -1 when not mapped.
+        :param try_number: the try.
+        :param fingerprint: the load's configuration (:func:`load_fingerprint`).
+        """
+        text = "\x00".join((dag_id, task_id, run_id, str(map_index), fingerprint))
+        return cls(stem=hashlib.sha256(text.encode()).hexdigest()[:STEM_HEX_DIGITS], try_number=try_number)
+
+    @classmethod
+    def parse(cls, text: str) -> QueryId:
+        """``"s3ch-<stem>-try3"`` -> ``QueryId(stem, 3)``.
+
+        :raises InvalidRequestError: not a query id the operator makes.
+        """
+        m = _QUERY_ID_RE.match(text or "")
+        if not m:
+            raise InvalidRequestError(f"{text!r} is not a query id of the form 's3ch-<hex stem>-try<N>'")
+        return cls(stem=m.group("stem"), try_number=int(m.group("try")))
+
+    def __str__(self) -> str:
+        return f"s3ch-{self.stem}-try{self.try_number}"
+
+    @property
+    def pattern(self) -> str:
+        """The RE2 pattern (for ``match()`` in ClickHouse) of every try's query id of this stem."""
+        return f"^s3ch-{self.stem}-try[0-9]+$"
 
 
 def staging_table(target: TableRef | TableInfo, stem: str) -> TableRef:
@@ -102,6 +180,16 @@ class LoadSteps(BaseModel):
         return staging_marker(self.staging.name[len(STAGING_PREFIX) :])
 
 
+#: How the replacing modes bring the staging table in, and why.
+_REPLACING: dict[str, tuple[Finalize, str]] = {
+    "replace_partitions": (
+        "replace",
+        "staging table, then REPLACE PARTITION for each partition it holds (atomic per partition)",
+    ),
+    "overwrite": ("exchange", "staging table, then EXCHANGE TABLES (the whole table is swapped atomically)"),
+}
+
+
 def _stageable(table: TableInfo) -> tuple[bool, str]:
     """Whether a table can take a staging table of its own structure and its partitions."""
     name = f"{table.database}.{table.name}"
@@ -117,14 +205,7 @@ def _stageable(table: TableInfo) -> tuple[bool, str]:
     return True, f"{name} is {table.engine}"
 
 
-def plan_steps(
-    mode: str,
-    table: TableInfo,
-    stem: str,
-    *,
-    dependent_views: Sequence[str] = (),
-    database_engine: str | None = None,
-) -> LoadSteps:
+def plan_steps(mode: str, table: TableInfo, stem: str) -> LoadSteps:
     """Decide how a load in ``mode`` reaches ``table``.
 
     - ``append``: into a staging table, then each of its partitions is moved into the
@@ -139,17 +220,17 @@ def plan_steps(
       swapped atomically.
 
     :param mode: ``append``, ``replace_partitions`` or ``overwrite``.
-    :param table: the target as the server describes it.
+    :param table: the target as the server describes it; ``overwrite`` needs a database engine
+        with ``EXCHANGE TABLES`` (Atomic, Replicated), not ``Ordinary``; materialized views that
+        read from it fire on INSERT only.
     :param stem: the task instance's query id stem (names the staging table).
-    :param dependent_views: materialized views that read from the target.
-    :param database_engine: the target database's engine; ``overwrite`` needs one with
-        ``EXCHANGE TABLES`` (Atomic, Replicated), not ``Ordinary``.
     :raises InvalidRequestError: an unknown mode.
     :raises PlanError: a replace mode on a target that cannot be staged.
     """
     if mode not in MODES:
         raise InvalidRequestError(f"mode={mode!r} is not a load mode; give one of {', '.join(MODES)}")
     target = TableRef(database=table.database, name=table.name)
+    dependent_views, database_engine = table.dependent_views, table.database_engine
     stageable, why = _stageable(table)
     if mode == "append":
         if not stageable:
@@ -187,21 +268,9 @@ def plan_steps(
             f"mode='overwrite' cannot run: database {table.database} has engine {database_engine}, which has no "
             "atomic EXCHANGE TABLES; use an Atomic database, or mode='replace_partitions'"
         )
-    if mode == "replace_partitions":
-        return LoadSteps(
-            mode="replace_partitions",
-            target=target,
-            staging=staging_table(table, stem),
-            finalize="replace",
-            reason="staging table, then REPLACE PARTITION for each partition it holds (atomic per partition)",
-            warnings=warnings,
-        )
+    finalize, reason = _REPLACING[mode]
     return LoadSteps(
-        mode="overwrite",
-        target=target,
-        staging=staging_table(table, stem),
-        finalize="exchange",
-        reason="staging table, then EXCHANGE TABLES (the whole table is swapped atomically)",
+        mode=mode, target=target, staging=staging_table(table, stem), finalize=finalize, reason=reason,
         warnings=warnings,
     )
 
@@ -219,6 +288,15 @@ class EarlierTry(BaseModel):
     state: TryState
     error: str | None = None
     node: str | None = None
+
+    @classmethod
+    def of(cls, query_id: str, state: TryState, error: str | None, node: str) -> EarlierTry:
+        """An earlier try from a query id the server lists (try 0 when it is not one of ours)."""
+        try:
+            try_number = QueryId.parse(query_id).try_number
+        except InvalidRequestError:
+            try_number = 0
+        return cls(query_id=query_id, try_number=try_number, state=state, error=error or None, node=node)
 
 
 class Resume(BaseModel):
@@ -305,3 +383,112 @@ def overwrite_steps(staging_comment: str | None, target_comment: str | None, mar
     if staging_comment == marker:
         return ["exchange", "restore_comment", "drop_staging"]
     return [*restore, "drop_staging"]
+
+
+# ---------------------------------------------------------------------- statements around the insert
+
+
+class Step(NamedTuple):
+    """One statement the shell runs, and the line it logs after it."""
+
+    sql: str
+    note: str
+
+
+class FinalizePlan(BaseModel):
+    """How a staged load reaches its target, from where it stands."""
+
+    steps: list[Step] = Field(default_factory=list)
+    partitions: list[str] = Field(default_factory=list, description="the partitions the load brought in")
+    done_before: bool = Field(False, description="an earlier try finished this load: nothing is left to do")
+
+
+def prepare_statements(steps: LoadSteps, *, staging_exists: bool) -> list[Step]:
+    """Drop the staging table a dead try left (no earlier try runs: checked), create it afresh.
+
+    :param steps: the load's steps (with a staging table).
+    :param staging_exists: whether the staging table is there now.
+    """
+    staging = _staging(steps)
+    out = [
+        Step(
+            render_drop_table(staging),
+            f"Dropped staging table {staging} left by an earlier try" if staging_exists else "",
+        ),
+        Step(render_create_staging(staging, steps.target), f"Created staging table {staging} AS {steps.target}"),
+    ]
+    if steps.marker is not None:
+        out.append(Step(render_set_comment(staging, steps.marker), ""))
+    return out
+
+
+def abandon_statements(steps: LoadSteps) -> list[Step]:
+    """After a failed insert that no longer runs: drop the staging table; the target is untouched."""
+    if steps.staging is None:
+        return []
+    return [
+        Step(
+            render_drop_table(steps.staging),
+            f"The load failed: dropped staging table {steps.staging}; {steps.target} is untouched",
+        )
+    ]
+
+
+def finalize_statements(
+    steps: LoadSteps,
+    *,
+    staging_comment: str | None,
+    target_comment: str | None,
+    staging_partitions: Sequence[tuple[str, str]],
+    target_partitions: Sequence[tuple[str, str]] = (),
+) -> FinalizePlan:
+    """What brings the staging table's rows into the target; idempotent, so a retry can resume it.
+
+    - ``move`` (append): ``MOVE PARTITION`` each of the staging table's partitions, then drop it.
+    - ``replace`` (replace_partitions): ``REPLACE PARTITION`` each of them, then drop it.
+    - ``exchange`` (overwrite): :func:`overwrite_steps` says what is left of the swap; the
+      target's own comment is put back, and the old table dropped.
+
+    A staging table that is gone means an earlier try finished the load.
+
+    :param steps: the load's steps (with a staging table).
+    :param staging_comment: the staging table's comment now; None when it does not exist.
+    :param target_comment: the target's comment now.
+    :param staging_partitions: (partition_id, partition) of the staging table's non-empty parts.
+    :param target_partitions: the same for the target (overwrite, after a swap an earlier try made).
+    """
+    staging, target = _staging(steps), steps.target
+    if steps.finalize == "exchange":
+        marker = steps.marker or ""
+        todo = overwrite_steps(staging_comment, target_comment, marker)
+        if "drop_staging" not in todo:
+            restore = [Step(render_set_comment(target, ""), "")] if "restore_comment" in todo else []
+            return FinalizePlan(steps=restore, done_before=True)
+        out: list[Step] = []
+        if "exchange" in todo:
+            out.append(Step(render_exchange(target, staging), f"Exchanged {target} and {staging}"))
+            # The old table, now under the staging name, carries the target's comment from before the swap.
+            old_comment, partitions = target_comment, staging_partitions
+        else:
+            old_comment, partitions = staging_comment, target_partitions
+        if "restore_comment" in todo:
+            keep = "" if (old_comment or "").startswith(STAGING_MARKER) else (old_comment or "")
+            out.append(Step(render_set_comment(target, keep), ""))
+        out.append(Step(render_drop_table(staging), ""))
+        return FinalizePlan(steps=out, partitions=[value for _, value in partitions])
+    if staging_comment is None:
+        return FinalizePlan(done_before=True)
+    out = []
+    for partition_id, value in staging_partitions:
+        if steps.finalize == "move":
+            out.append(Step(render_move_partition(staging, target, partition_id), f"Moved partition {value}"))
+        else:
+            out.append(Step(render_replace_partition(target, staging, partition_id), f"Replaced partition {value}"))
+    out.append(Step(render_drop_table(staging), ""))
+    return FinalizePlan(steps=out, partitions=[value for _, value in staging_partitions])
+
+
+def _staging(steps: LoadSteps) -> TableRef:
+    if steps.staging is None:
+        raise InvalidRequestError(f"mode {steps.mode} loads straight into {steps.target}: it has no staging table")
+    return steps.staging

@@ -1,0 +1,135 @@
+"""The pure core's errors, and the table that classifies ClickHouse's error codes.
+
+The core raises these plain exceptions; the shells turn them into the provider's Airflow
+errors (:mod:`airflow_provider_s3ch.errors`), whose classes subclass these, so
+``except InvalidRequestError`` from either module catches both.
+
+Every class here is terminal: retrying the same inputs gives the same answer.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+
+class CoreError(Exception):
+    """A problem the core found in its inputs: retrying will not help; the message says what to fix."""
+
+
+class InvalidRequestError(CoreError):
+    """An argument of the operator is malformed."""
+
+
+class NoObjectsError(CoreError):
+    """The glob matched no object."""
+
+
+class FormatError(CoreError):
+    """The files' format or compression is unknown or mixed."""
+
+
+class TableError(CoreError):
+    """The target table is missing or cannot take the load."""
+
+
+class RegionMismatchError(CoreError):
+    """The bucket is in another region than the ClickHouse server (policy ``fail``)."""
+
+
+class PlanError(CoreError):
+    """The load cannot be planned with the given inputs (e.g. a memory cap too small)."""
+
+
+# ---------------------------------------------------------------------- server error codes
+
+Kind = Literal["auth", "unknown_table", "terminal", "transient"]
+
+
+class ServerErrorClass(NamedTuple):
+    """How the provider treats one ClickHouse error code."""
+
+    kind: Kind
+    hint: str
+
+
+#: ClickHouse error codes (``src/Common/ErrorCodes.cpp``) and what they mean for a load.
+#: Terminal: the same statement on the same data fails again, so retrying burns the retries.
+#: Transient: the server or the network was busy or away; a retry may succeed.
+#: A code not listed is transient: an unknown failure gets the task's retries.
+SERVER_ERRORS: dict[int, ServerErrorClass] = {
+    # the connection's credentials
+    192: ServerErrorClass("auth", "unknown user"),
+    516: ServerErrorClass("auth", "wrong password"),
+    # the target
+    60: ServerErrorClass("unknown_table", "unknown table"),
+    81: ServerErrorClass("unknown_table", "unknown database"),
+    # the statement or the data: the same load fails the same way again
+    6: ServerErrorClass("terminal", "a value cannot be parsed from text"),
+    16: ServerErrorClass("terminal", "the table has no such column"),
+    26: ServerErrorClass("terminal", "a quoted value cannot be parsed"),
+    27: ServerErrorClass("terminal", "a value cannot be parsed as the column's type"),
+    32: ServerErrorClass("terminal", "the file ended in the middle of a value"),
+    33: ServerErrorClass("terminal", "a value cannot be read from the file"),
+    36: ServerErrorClass("terminal", "a bad argument"),
+    38: ServerErrorClass("terminal", "a date cannot be parsed"),
+    41: ServerErrorClass("terminal", "a date-time cannot be parsed"),
+    43: ServerErrorClass("terminal", "an illegal type of argument"),
+    44: ServerErrorClass("terminal", "an illegal column"),
+    47: ServerErrorClass("terminal", "an unknown identifier (column)"),
+    49: ServerErrorClass("terminal", "a logical error in the server"),
+    53: ServerErrorClass("terminal", "a type mismatch"),
+    62: ServerErrorClass("terminal", "a syntax error"),
+    69: ServerErrorClass("terminal", "an argument out of bound"),
+    70: ServerErrorClass("terminal", "a value cannot be converted to the column's type"),
+    72: ServerErrorClass("terminal", "a number cannot be parsed"),
+    73: ServerErrorClass("terminal", "an unknown format"),
+    107: ServerErrorClass("terminal", "a file does not exist"),
+    115: ServerErrorClass("terminal", "an unknown setting"),
+    117: ServerErrorClass("terminal", "incorrect data in the file"),
+    164: ServerErrorClass("terminal", "the user is read-only"),
+    170: ServerErrorClass("terminal", "an unknown cluster"),
+    318: ServerErrorClass("terminal", "a bad setting value"),
+    349: ServerErrorClass("terminal", "NULL in a non-Nullable column"),
+    377: ServerErrorClass("terminal", "the server does not support that"),
+    386: ServerErrorClass("terminal", "no common type for the values"),
+    457: ServerErrorClass("terminal", "a setting value is out of range or of the wrong type"),
+    497: ServerErrorClass("terminal", "not enough privileges"),
+    636: ServerErrorClass("terminal", "the format of the files cannot be told"),
+    # the server, the network or the load on the server
+    159: ServerErrorClass("transient", "the query timed out"),
+    202: ServerErrorClass("transient", "too many simultaneous queries"),
+    203: ServerErrorClass("transient", "no free connection"),
+    209: ServerErrorClass("transient", "a socket timed out"),
+    210: ServerErrorClass("transient", "the network failed"),
+    236: ServerErrorClass("transient", "the query was aborted (its client went away)"),
+    241: ServerErrorClass("transient", "the server ran out of memory"),
+    242: ServerErrorClass("transient", "the table is read-only for now"),
+    252: ServerErrorClass("transient", "too many parts: the server throttles inserts until merges catch up"),
+    394: ServerErrorClass("transient", "the query was cancelled"),
+    499: ServerErrorClass("transient", "S3 failed the request (throttling, a server error, or the object changed)"),
+    425: ServerErrorClass("transient", "a system error"),
+    999: ServerErrorClass("transient", "Keeper failed"),
+}
+
+#: ``MEMORY_LIMIT_EXCEEDED`` (241) covers two cases the message tells apart. The query's own
+#: limit (``max_memory_usage``, the task's ``memory_cap``) is hit again by the same load with
+#: the same cap: terminal, raise the cap. The server's total limit depends on what else runs:
+#: transient, a retry may find the memory free.
+MEMORY_LIMIT_EXCEEDED = 241
+_QUERY_MEMORY_MARKERS = ("(for query)", "max_memory_usage")
+
+
+def classify_server_error(code: int | None, message: str = "") -> ServerErrorClass:
+    """How to treat a ClickHouse error with this code and message.
+
+    :param code: the server's error code, None for an error without one.
+    :param message: the server's message (tells the two memory limits apart).
+    :return: the kind (auth, unknown_table, terminal, transient) and a hint for the message.
+    """
+    if code == MEMORY_LIMIT_EXCEEDED and any(m in message for m in _QUERY_MEMORY_MARKERS):
+        return ServerErrorClass(
+            "terminal", "the load hit its own memory limit (max_memory_usage): raise memory_cap or lower the threads"
+        )
+    if code is None:
+        return ServerErrorClass("transient", "no error code")
+    return SERVER_ERRORS.get(code, ServerErrorClass("transient", f"error code {code} is not classified"))

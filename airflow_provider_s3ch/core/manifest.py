@@ -1,0 +1,213 @@
+"""Manifest policy: which listed keys are in, what is skipped and why, one format, footer sums.
+
+The S3 shell (:mod:`airflow_provider_s3ch.hooks.s3`) lists pages and reads footers; these
+functions decide what the listing means. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from airflow_provider_s3ch.core.errors import FormatError, NoObjectsError
+from airflow_provider_s3ch.core.formats import detect_compression, detect_format, is_compressed
+from airflow_provider_s3ch.core.glob import expand_keys, glob_to_regex, literal_prefix
+from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object
+
+EXAMPLES = 3
+
+#: How many Parquet footers :func:`build_manifest` reads (the largest files first).
+FOOTER_SAMPLE = 4
+
+#: Bytes fetched from the end of a file in the first GET: the 8-byte trailer and, usually,
+#: the whole footer, so one ranged GET per file is the common case.
+FOOTER_PROBE_BYTES = 64 * 1024
+
+
+class Listing:
+    """The keys of one listed prefix, split into those the glob reads and a few others.
+
+    :param pattern: the key glob.
+    """
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.prefix = literal_prefix(pattern)
+        self._regex = glob_to_regex(pattern)
+        self.matched: list[S3Object] = []
+        self.others: list[str] = []
+        self.seen = 0
+        self.calls = 0
+
+    def add_page(self, contents: Iterable[dict[str, Any]]) -> None:
+        """Take one ListObjectsV2 page's ``Contents``; folder markers are skipped."""
+        self.calls += 1
+        for entry in contents:
+            if _is_directory_marker(entry):
+                continue
+            self.seen += 1
+            if self._regex.fullmatch(entry["Key"]):
+                self.matched.append(_to_object(entry))
+            elif len(self.others) < EXAMPLES:
+                self.others.append(entry["Key"])
+
+    @property
+    def objects(self) -> list[S3Object]:
+        """The matching objects, sorted by key."""
+        return sorted(self.matched, key=lambda o: o.key)
+
+
+def _is_directory_marker(entry: dict[str, Any]) -> bool:
+    return entry["Key"].endswith("/") and int(entry.get("Size", 0)) == 0
+
+
+def _to_object(entry: dict[str, Any]) -> S3Object:
+    key = entry["Key"]
+    return S3Object(
+        key=key, size=int(entry.get("Size", 0)), format=detect_format(key), compression=detect_compression(key)
+    )
+
+
+
+class FooterStats(NamedTuple):
+    """What a sample of Parquet footers says about the data (all None when nothing was read)."""
+
+    uncompressed_bytes: int | None = None
+    max_row_group_bytes: int | None = None
+    files: int = 0
+    calls: int = 0
+
+
+
+def footer_sample(objects: Iterable[S3Object], sample: int = FOOTER_SAMPLE) -> list[S3Object]:
+    """The files whose Parquet footers to read: the ``sample`` largest (a footer needs 12 bytes)."""
+    return sorted((o for o in objects if o.size > 12), key=lambda o: o.size, reverse=True)[:sample]
+
+
+def footer_stats(objects: Iterable[S3Object], sampled: Iterable[tuple[int, list[int]]], calls: int) -> FooterStats:
+    """Extrapolate the sampled footers to all the files.
+
+    :param objects: every file of the manifest.
+    :param sampled: (file size, uncompressed size of each row group) of each footer read.
+    :param calls: the S3 calls the footer reads took.
+    :return: the estimated uncompressed size of all the files (from the sampled files'
+        uncompressed/compressed ratio) and the largest row group seen.
+    """
+    files = sampled_bytes = sampled_uncompressed = max_group = 0
+    for size, groups in sampled:
+        files += 1
+        sampled_bytes += size
+        sampled_uncompressed += sum(groups)
+        max_group = max([max_group, *groups])
+    if not files or not sampled_bytes:
+        return FooterStats(calls=calls)
+    total = sum(o.size for o in objects)
+    return FooterStats(
+        uncompressed_bytes=int(total * sampled_uncompressed / sampled_bytes),
+        max_row_group_bytes=max_group,
+        files=files,
+        calls=calls,
+    )
+
+
+def wants_footers(fmt: str, compression: str | None) -> bool:
+    """Whether footers can be read: Parquet without an outer compression."""
+    return fmt.lower() == "parquet" and not is_compressed(compression)
+
+
+def make_manifest(
+    request: LoadRequest, listing: Listing, *, region: str | None, calls: int, footers: FooterStats | None = None
+) -> Manifest:
+    """The manifest of a checked listing (see :func:`check_listing`).
+
+    :param request: the request (format and compression given by the user win).
+    :param listing: the listed keys.
+    :param region: the bucket's region, None when unknown.
+    :param calls: S3 calls besides listing and footers (the location).
+    :param footers: the Parquet footer figures, if read.
+    """
+    footers = footers or FooterStats()
+    objects = listing.objects
+    return Manifest(
+        bucket=request.bucket,
+        pattern=request.key_pattern,
+        prefix=listing.prefix,
+        objects=objects,
+        format=request.format or single_format(objects),
+        compression=request.compression or single_compression(objects),
+        region=region,
+        list_calls=calls + listing.calls + footers.calls,
+        uncompressed_bytes=footers.uncompressed_bytes,
+        max_row_group_bytes=footers.max_row_group_bytes,
+        footer_files=footers.files,
+    )
+
+
+def check_listing(request: LoadRequest, listing: Listing) -> None:
+    """Raise :class:`NoObjectsError` when nothing matched or a directly read key is missing."""
+    bucket, pattern, prefix = request.bucket, listing.pattern, listing.prefix
+    objects, seen = listing.matched, listing.seen
+    if not objects:
+        if seen:
+            examples = ", ".join(repr(k) for k in listing.others)
+            listed = f"{seen} object{'s' if seen != 1 else ''}, none matching, e.g. {examples}"
+        else:
+            listed = "no objects"
+        raise NoObjectsError(
+            f"no object in bucket {bucket!r} matches {pattern!r} (listed prefix {prefix!r}: {listed}); "
+            "check the s3_uri and its glob"
+        )
+    expected = expand_keys(pattern)
+    if expected is None or _ignores_missing(request):
+        return
+    missing = sorted(set(expected) - {o.key for o in objects})
+    if missing:
+        raise NoObjectsError(
+            f"{len(missing)} of the {len(expected)} keys that {pattern!r} names do not exist in bucket "
+            f"{bucket!r}: {', '.join(repr(k) for k in missing[:EXAMPLES])}; ClickHouse reads these keys "
+            "directly and fails on a missing one: fix the {...} list, or pass "
+            "settings={'s3_ignore_file_doesnt_exist': 1}"
+        )
+
+
+def _ignores_missing(request: LoadRequest) -> bool:
+    value = request.settings.get("s3_ignore_file_doesnt_exist", 0)
+    return str(value).strip().lower() in ("1", "true")
+
+
+def _examples_by(objects: Iterable[S3Object], attr: str) -> dict[str | None, str]:
+    """The first key of each distinct value of ``attr`` (format or compression)."""
+    examples: dict[str | None, str] = {}
+    for obj in objects:
+        examples.setdefault(getattr(obj, attr), obj.key)
+    return examples
+
+
+def single_format(objects: list[S3Object]) -> str:
+    """The one detected format, or :class:`FormatError`."""
+    examples = _examples_by(objects, "format")
+    if None in examples:
+        raise FormatError(
+            f"cannot tell the format of {examples[None]!r} from its extension; pass format= "
+            "with a ClickHouse format name (e.g. format='Parquet' or format='CSVWithNames')"
+        )
+    if len(examples) > 1:
+        found = "; ".join(f"{fmt} (e.g. {key!r})" for fmt, key in sorted(examples.items()))
+        raise FormatError(
+            f"the matched files have mixed formats: {found}; narrow the glob to one format, "
+            "or pass format= if they really are all one format"
+        )
+    return next(iter(examples))  # type: ignore[return-value]
+
+
+def single_compression(objects: list[S3Object]) -> str | None:
+    """The one detected compression (None for none), or :class:`FormatError`."""
+    examples = _examples_by(objects, "compression")
+    if len(examples) > 1:
+        ordered = sorted(examples.items(), key=lambda kv: kv[0] or "")
+        found = "; ".join(f"{c or 'none'} (e.g. {key!r})" for c, key in ordered)
+        raise FormatError(
+            f"the matched files have mixed compression: {found}; narrow the glob to one compression, "
+            "or pass compression= (e.g. compression='auto' to let ClickHouse pick per file by extension)"
+        )
+    return next(iter(examples))

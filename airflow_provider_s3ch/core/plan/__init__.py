@@ -1,0 +1,120 @@
+"""Pure load planning: strategy, insert settings and pre-flight checks.
+
+:func:`make_plan` turns a validated :class:`~airflow_provider_s3ch.models.LoadRequest`,
+the :class:`~airflow_provider_s3ch.models.Manifest` of the objects to load and the
+:class:`~airflow_provider_s3ch.models.ServerProfile` of the ClickHouse side into a
+:class:`~airflow_provider_s3ch.models.LoadPlan`. No I/O, no network, no Airflow objects
+beyond the error classes: every decision is a function of its arguments, so every
+decision can be unit-tested.
+
+The rules follow ClickHouse's guide "Optimizing for S3 Insert and Read Performance"
+(``max_insert_threads`` about half the cores, ``min_insert_block_size_bytes =
+budget / (3 x threads)``, ``min_insert_block_size_rows = 0``, 50 MiB download buffers
+for files one thread should read whole, ``s3Cluster`` with
+``parallel_distributed_insert_select = 2`` when there are more files than nodes,
+``insert_deduplicate = 0`` and ``optimize_on_insert = 0``), plus rules of our own, from
+the benchmark (``make bench``, docs/benchmarks.md): at least two insert threads
+(:func:`insert_threads`), the insert block also sized by the data (:func:`block_size`, with
+Parquet's uncompressed size from its footers when the manifest has it), and fewer threads
+when the budget cannot hold the largest Parquet row group per thread (:func:`row_group_threads`).
+"""
+
+
+from __future__ import annotations
+
+from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest, Manifest, ServerProfile
+from airflow_provider_s3ch.core.plan.budget import (
+    DEFAULT_MEMORY_SHARE,
+    FALLBACK_BUDGET_BYTES,
+    MIN_BUDGET_BYTES,
+    Budget,
+    memory_budget,
+)
+from airflow_provider_s3ch.core.plan.checks import files_vs_nodes_check, region_check, row_group_check, structure_check
+from airflow_provider_s3ch.core.plan.settings import (
+    BLOCK_MEMORY_FACTOR,
+    COMPRESSED_EXPANSION,
+    DEFAULT_BLOCK_BYTES,
+    LARGE_DOWNLOAD_BUFFER_BYTES,
+    LOW_MEMORY_BYTES,
+    LOW_MEMORY_DELAYED_STREAMS,
+    MIN_BLOCK_BYTES,
+    MIN_BLOCKS_PER_THREAD,
+    MIN_DATA_BLOCK_BYTES,
+    MIN_INSERT_THREADS,
+    PLAIN_EXPANSION,
+    ROW_GROUP_MEMORY_FACTOR,
+    SELF_COMPRESSED_EXPANSION,
+    SMALL_FILE_BYTES,
+    apply_overrides,
+    block_size,
+    expansion_factor,
+    insert_threads,
+    node_cores,
+    plan_settings,
+    row_group_threads,
+)
+from airflow_provider_s3ch.core.plan.strategy import StrategyChoice, choose_strategy, distributed_possible
+from airflow_provider_s3ch.core.sizes import GiB, KiB, MiB, fmt_bytes
+
+__all__ = [
+    "BLOCK_MEMORY_FACTOR", "COMPRESSED_EXPANSION", "DEFAULT_BLOCK_BYTES", "DEFAULT_MEMORY_SHARE",
+    "FALLBACK_BUDGET_BYTES", "LARGE_DOWNLOAD_BUFFER_BYTES", "LOW_MEMORY_BYTES", "LOW_MEMORY_DELAYED_STREAMS",
+    "MIN_BLOCKS_PER_THREAD", "MIN_BLOCK_BYTES", "MIN_BUDGET_BYTES", "MIN_DATA_BLOCK_BYTES", "MIN_INSERT_THREADS",
+    "PLAIN_EXPANSION", "ROW_GROUP_MEMORY_FACTOR", "SELF_COMPRESSED_EXPANSION", "SMALL_FILE_BYTES",
+    "Budget", "GiB", "KiB", "MiB", "StrategyChoice", "apply_overrides", "block_size", "choose_strategy",
+    "distributed_possible", "expansion_factor", "files_vs_nodes_check", "fmt_bytes", "insert_threads",
+    "make_plan", "memory_budget", "node_cores", "plan_settings", "region_check", "row_group_check",
+    "row_group_threads", "structure_check",
+]  # fmt: skip
+
+
+def make_plan(request: LoadRequest, manifest: Manifest, profile: ServerProfile, *, source_url: str) -> LoadPlan:
+    """Plan one load: strategy, settings with reasons, checks and warnings.
+
+    :param request: the validated request.
+    :param manifest: the objects the glob matched.
+    :param profile: the ClickHouse side.
+    :param source_url: the object URL with the glob, as ClickHouse will see it.
+    :return: the plan.
+    :raises PlanError: the memory cap is too small, or ``strategy="distributed"`` cannot run.
+    :raises RegionMismatchError: regions differ and ``region_check="fail"``.
+    """
+    warnings: list[str] = []
+    region = region_check(request, manifest, profile)
+    if region.status == "warn":
+        warnings.append(region.message)
+
+    strategy = choose_strategy(request, manifest, profile)
+    distributed = strategy.name == "distributed"
+    nodes = profile.node_count if distributed else 1
+
+    budget = memory_budget(request, profile, nodes)
+    if budget.warning:
+        warnings.append(budget.warning)
+
+    settings = plan_settings(request, manifest, profile, budget, nodes)
+    row_group_warning = row_group_check(manifest, budget)
+    if row_group_warning:
+        warnings.append(row_group_warning)
+    fmt = request.format or manifest.format
+    structure_warning = structure_check(fmt, request.structure)
+    if structure_warning:
+        warnings.append(structure_warning)
+
+    return LoadPlan(
+        table=request.table,
+        source_url=source_url,
+        format=fmt,
+        compression=request.compression or manifest.compression,
+        structure=request.structure,
+        strategy="distributed" if distributed else "single",
+        strategy_reason=strategy.reason,
+        cluster=profile.cluster if distributed else None,
+        settings=settings,
+        budget_bytes=budget.per_node,
+        budget_reason=budget.reason,
+        checks=[region, files_vs_nodes_check(manifest, profile, distributed)],
+        warnings=warnings,
+        manifest=manifest.summary(),
+    )

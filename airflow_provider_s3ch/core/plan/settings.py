@@ -1,0 +1,317 @@
+"""The insert settings, each with its reason: the guide's rules, the benchmark's, the user's overrides."""
+
+from __future__ import annotations
+
+from airflow_provider_s3ch.core.errors import PlanError
+from airflow_provider_s3ch.core.formats import is_compressed
+from airflow_provider_s3ch.core.models import InsertSettings, LoadRequest, Manifest, ServerProfile, SettingValue
+from airflow_provider_s3ch.core.plan.budget import Budget
+from airflow_provider_s3ch.core.sizes import GiB, MiB, fmt_bytes
+
+#: Below this block size a load is refused: thousands of tiny parts would bury the
+#: server in merges.
+MIN_BLOCK_BYTES = 1 * MiB
+
+#: ClickHouse's default ``min_insert_block_size_bytes`` (with ``min_insert_block_size_rows``
+#: ~1M rows, whichever comes first).
+DEFAULT_BLOCK_BYTES = 256 * MiB
+
+#: The data-based cap never goes below this (only the memory formula may): smaller blocks
+#: make more parts per partition and more merges. In the benchmark (2 cores, 100-650 MB
+#: uncompressed per load, 2 threads) 64 MiB blocks were faster than 256 MiB in 10 of 12 loads and
+#: within 4 % in the other 2, with less memory; 1 GiB blocks were slower in 12 of 12
+#: (docs/benchmarks.md).
+MIN_DATA_BLOCK_BYTES = 64 * MiB
+
+#: The data-based cap aims at this many blocks per insert thread at least, so that
+#: reading and writing overlap. One huge block per thread measured 2-3x slower than the
+#: defaults on 123 MB of Parquet: the thread reads everything, then writes everything.
+MIN_BLOCKS_PER_THREAD = 4
+
+#: The guide's divisor: a block is built, sorted and compressed, so about three copies of
+#: it live in memory per insert thread.
+BLOCK_MEMORY_FACTOR = 3
+
+#: Insert threads never go below this (or the core count, if smaller). The guide's "half the
+#: cores" gives 1 thread on a 2-core server, where ClickHouse's own default (``max_insert_threads``
+#: = the cores here) uses 2; with the same 64 MiB blocks, one thread was slower than two in 11
+#: of 12 benchmark loads (4 datasets x 3 runs, up to 2.4x; docs/benchmarks.md). From 4 cores up,
+#: half the cores is at least this anyway.
+MIN_INSERT_THREADS = 2
+
+#: Peak memory of one reading thread per byte of the largest uncompressed Parquet row group:
+#: the compressed chunk, its decompressed pages, the decoded columns and the insert block built
+#: from them. Measured 5.5-6.5x at 1 thread on 204-225 MiB row groups, and a 1 GiB cap failed
+#: with 204 MiB row groups (docs/benchmarks.md).
+ROW_GROUP_MEMORY_FACTOR = 6
+
+#: Uncompressed in-memory size / file size for formats that compress internally,
+#: whatever the outer compression says. Rough, from typical datasets; tune from benchmarks.
+SELF_COMPRESSED_EXPANSION: dict[str, float] = {"parquet": 3.0, "orc": 3.0, "avro": 2.0}
+
+#: Expansion of other formats (text, Native, RowBinary, Arrow...) stored uncompressed.
+PLAIN_EXPANSION = 1.0
+
+#: Expansion of other formats stored with an outer compression (gzip, zstd, lz4, xz...).
+COMPRESSED_EXPANSION = 4.0
+
+#: The guide's ``max_download_buffer_size`` (50 MiB) for files one thread should read whole.
+LARGE_DOWNLOAD_BUFFER_BYTES = 52_428_800
+
+#: The 50 MiB buffer is used only when the median file is at most this big; bigger files
+#: are better read in parallel ranges with ClickHouse's default 10 MiB buffer.
+SMALL_FILE_BYTES = 100 * MiB
+
+#: Under this per-node budget, ``max_insert_delayed_streams_for_parallel_write`` is lowered.
+LOW_MEMORY_BYTES = 2 * GiB
+
+#: The lowered ``max_insert_delayed_streams_for_parallel_write`` (ClickHouse's default for
+#: S3-backed storage is about 100 streams, each holding a write buffer).
+LOW_MEMORY_DELAYED_STREAMS = 8
+
+
+def insert_threads(cores: int) -> int:
+    """``max_insert_threads``: the guide's half of the cores, but at least :data:`MIN_INSERT_THREADS`.
+
+    :param cores: the cores of one node.
+    :return: ``max(min(cores, MIN_INSERT_THREADS), cores // 2)``: 1 core -> 1, 2-5 -> 2, 8 -> 4, 64 -> 32.
+    """
+    return max(1, min(cores, MIN_INSERT_THREADS), cores // 2)
+
+
+def row_group_threads(budget: int, threads: int, max_row_group_bytes: int | None) -> int:
+    """How many insert threads the budget can feed when each reads a row group of the given size.
+
+    :param budget: per-node memory budget.
+    :param threads: the threads chosen so far.
+    :param max_row_group_bytes: the largest uncompressed row group (Parquet footers), or None.
+    :return: ``threads`` lowered so that ``threads x ROW_GROUP_MEMORY_FACTOR x row group <= budget``,
+        at least 1; ``threads`` when the row-group size is unknown.
+    """
+    if not max_row_group_bytes:
+        return threads
+    fit = budget // (ROW_GROUP_MEMORY_FACTOR * max_row_group_bytes)
+    return max(1, min(threads, fit))
+
+
+def expansion_factor(fmt: str, compression: str | None) -> float:
+    """Estimated uncompressed in-memory size per byte of file.
+
+    :param fmt: the ClickHouse format name, e.g. ``"Parquet"``.
+    :param compression: the outer compression (``"gzip"``, ``"zstd"``...) or None.
+    :return: the factor from :data:`SELF_COMPRESSED_EXPANSION`, else
+        :data:`COMPRESSED_EXPANSION` or :data:`PLAIN_EXPANSION`.
+    """
+    key = fmt.lower()
+    if key in SELF_COMPRESSED_EXPANSION:
+        return SELF_COMPRESSED_EXPANSION[key]
+    if is_compressed(compression):
+        return COMPRESSED_EXPANSION
+    return PLAIN_EXPANSION
+
+
+
+def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
+    """``min_insert_block_size_bytes``: the guide's memory formula, capped by the data.
+
+    formula = ``budget // (BLOCK_MEMORY_FACTOR x threads)`` (the guide);
+    data cap = ``max(MIN_DATA_BLOCK_BYTES, data_bytes // (threads x MIN_BLOCKS_PER_THREAD))``,
+    so a thread writes several blocks and its reads and writes overlap, and the cap never
+    goes below :data:`MIN_DATA_BLOCK_BYTES`. The block is ``min(formula, data cap)``: large
+    loads get the guide's formula, small and medium ones blocks sized by their data.
+
+    :param budget: per-node memory budget in bytes.
+    :param threads: insert threads per node.
+    :param data_bytes: estimated uncompressed bytes one node will insert.
+    :return: the block size in bytes and the reason line.
+    """
+    formula = budget // (BLOCK_MEMORY_FACTOR * threads)
+    per_thread_share = data_bytes // (threads * MIN_BLOCKS_PER_THREAD)
+    data_cap = max(MIN_DATA_BLOCK_BYTES, per_thread_share)
+    formula_text = (
+        f"memory formula {fmt_bytes(budget)} / ({BLOCK_MEMORY_FACTOR} x {threads} threads) = {fmt_bytes(formula)}"
+    )
+    cap_text = (
+        f"data cap max({fmt_bytes(MIN_DATA_BLOCK_BYTES)}, ~{fmt_bytes(data_bytes)} uncompressed / "
+        f"({threads} threads x {MIN_BLOCKS_PER_THREAD} blocks)) = {fmt_bytes(data_cap)}"
+    )
+    if formula <= data_cap:
+        return formula, f"{formula_text} (the guide), under the {cap_text}"
+    if per_thread_share <= MIN_DATA_BLOCK_BYTES:
+        return data_cap, (
+            f"the floor {fmt_bytes(MIN_DATA_BLOCK_BYTES)}: ~{fmt_bytes(data_bytes)} uncompressed is too "
+            f"little for bigger blocks; the {formula_text} (the guide) would make one huge block per thread, "
+            "and reads and writes would no longer overlap"
+        )
+    return data_cap, (
+        f"{cap_text}, so each thread writes several blocks and reads and writes overlap; "
+        f"under the {formula_text} (the guide)"
+    )
+
+
+def plan_settings(
+    request: LoadRequest, manifest: Manifest, profile: ServerProfile, budget: Budget, nodes: int
+) -> InsertSettings:
+    """The insert settings, each with a one-line reason, then the user's overrides.
+
+    :param request: the request (its ``settings`` override anything computed).
+    :param manifest: the objects (sizes, format, compression).
+    :param profile: the server (cores, per-node cores).
+    :param budget: the per-node memory budget.
+    :param nodes: nodes taking part (1 for a single-node load).
+    :return: values, reasons (same keys) and the names the user overrode or added.
+    :raises PlanError: the computed block is below :data:`MIN_BLOCK_BYTES`.
+    """
+    values: dict[str, SettingValue] = {}
+    reasons: dict[str, str] = {}
+
+    def put(name: str, value: SettingValue, reason: str) -> None:
+        values[name] = value
+        reasons[name] = reason
+
+    cores, cores_text = node_cores(profile, nodes)
+    chosen_threads = insert_threads(cores)
+    threads_reason = _threads_reason(cores, chosen_threads, cores_text)
+    fitted = row_group_threads(budget.per_node, chosen_threads, manifest.max_row_group_bytes)
+    if fitted < chosen_threads:
+        threads_reason = (
+            f"{fitted}, not {chosen_threads} ({threads_reason}): each thread reads a Parquet row group of up to "
+            f"{fmt_bytes(manifest.max_row_group_bytes or 0)} uncompressed (footers), ~{ROW_GROUP_MEMORY_FACTOR}x "
+            f"that in memory, and the budget is {fmt_bytes(budget.per_node)}"
+        )
+        chosen_threads = fitted
+    threads = _user_threads(request) or chosen_threads
+    put("max_insert_threads", chosen_threads, threads_reason)
+
+    put("max_memory_usage", budget.per_node, f"the per-node memory budget: {budget.reason}")
+
+    fmt = request.format or manifest.format
+    compression = request.compression or manifest.compression
+    per_nodes = f" / {nodes} nodes" if nodes > 1 else ""
+    if manifest.uncompressed_bytes:
+        data_bytes = manifest.uncompressed_bytes // nodes
+        estimate = (
+            f"; data {fmt_bytes(manifest.total_bytes)} {fmt}, {fmt_bytes(manifest.uncompressed_bytes)} uncompressed "
+            f"(from {manifest.footer_files} Parquet footer{'s' if manifest.footer_files != 1 else ''}){per_nodes}"
+        )
+    else:
+        factor = expansion_factor(fmt, compression)
+        data_bytes = int(manifest.total_bytes * factor) // nodes
+        estimate = (
+            f"; data ~{fmt_bytes(manifest.total_bytes)} {fmt}"
+            f"{' ' + compression if is_compressed(compression) else ''} x {factor:g}{per_nodes}"
+        )
+    block, block_reason = block_size(budget.per_node, threads, data_bytes)
+    if block < MIN_BLOCK_BYTES and "min_insert_block_size_bytes" not in request.settings:
+        raise PlanError(_block_error(request, budget, threads))
+    put("min_insert_block_size_bytes", block, block_reason + estimate)
+    put("min_insert_block_size_rows", 0, "0 disables the row threshold so the bytes threshold governs (the guide)")
+
+    median = manifest.summary()["median_file_bytes"]
+    if manifest.file_count >= threads and median <= SMALL_FILE_BYTES:
+        put(
+            "max_download_buffer_size",
+            LARGE_DOWNLOAD_BUFFER_BYTES,
+            f"50 MiB (the guide): {manifest.file_count} files for {threads} threads, median file "
+            f"{fmt_bytes(median)} <= {fmt_bytes(SMALL_FILE_BYTES)}, so each file is downloaded whole by one "
+            "thread with fewer S3 calls",
+        )
+
+    put(
+        "insert_deduplicate",
+        0,
+        "an INSERT ... SELECT from object storage needs no insert deduplication (the guide); "
+        "retries stay safe without it: a retry attaches to an earlier try and loads go through a staging table "
+        "(docs/retries-and-modes.md)",
+    )
+    put("optimize_on_insert", 0, "skip merging at insert time, background merges do it later (the guide)")
+
+    if budget.per_node < LOW_MEMORY_BYTES:
+        put(
+            "max_insert_delayed_streams_for_parallel_write",
+            LOW_MEMORY_DELAYED_STREAMS,
+            f"{LOW_MEMORY_DELAYED_STREAMS}: per-node budget {fmt_bytes(budget.per_node)} < "
+            f"{fmt_bytes(LOW_MEMORY_BYTES)}; the guide advises lowering it in low-memory cases",
+        )
+    if nodes == 1 and profile.table.is_distributed:
+        put(
+            "distributed_foreground_insert",
+            1,
+            "1: a single-node load into a Distributed table sends each shard its rows before the task ends, "
+            "so the rows are in the shards and the figures are final when the task succeeds",
+        )
+    if nodes > 1:
+        put(
+            "parallel_distributed_insert_select",
+            2,
+            "2: each node inserts the files it reads into its local table, not through the initiator (the guide)",
+        )
+
+    overrides = apply_overrides(values, reasons, request.settings)
+    return InsertSettings(values=values, reasons=reasons, overrides=overrides)
+
+
+def apply_overrides(
+    values: dict[str, SettingValue], reasons: dict[str, str], user: dict[str, SettingValue]
+) -> list[str]:
+    """Apply the user's settings over the computed ones, in place.
+
+    :param values: computed values; updated.
+    :param reasons: computed reasons; updated to "set by the user (planner chose X)".
+    :param user: the request's settings.
+    :return: the names the user overrode or added, in the user's order.
+    """
+    overrides: list[str] = []
+    for name, value in user.items():
+        if name in values:
+            reasons[name] = f"set by the user (planner chose {values[name]})"
+        else:
+            reasons[name] = "set by the user"
+        values[name] = value
+        overrides.append(name)
+    return overrides
+
+
+def node_cores(profile: ServerProfile, nodes: int) -> tuple[int, str]:
+    """The cores one node has for this load.
+
+    :param profile: the server.
+    :param nodes: nodes taking part; above 1 the smallest of ``profile.node_cores`` counts.
+    :return: the cores and a note for the reason line.
+    """
+    if nodes > 1 and profile.node_cores:
+        return min(profile.node_cores), f" (the smallest of {len(profile.node_cores)} nodes)"
+    return profile.cores, ""
+
+
+def _threads_reason(cores: int, threads: int, cores_text: str) -> str:
+    noun = "core" if cores == 1 else "cores"
+    if cores <= 1:
+        return f"half of {cores} {noun}{cores_text} rounded down, at least 1"
+    if threads > cores // 2:
+        return (
+            f"{threads}: half of {cores} {noun}{cores_text} would be {max(1, cores // 2)}, but at least "
+            f"{MIN_INSERT_THREADS} insert threads (ClickHouse's own default is one per core; on 2 cores one thread "
+            "was slower than two in 11 of 12 benchmark loads, up to 2.4x: docs/benchmarks.md)"
+        )
+    return f"half of {cores} {noun}{cores_text}, leaving the rest for background merges"
+
+
+def _user_threads(request: LoadRequest) -> int | None:
+    """The user's ``max_insert_threads``, if it is a positive integer: the block is sized for it."""
+    value = request.settings.get("max_insert_threads")
+    try:
+        threads = int(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return threads if threads and threads > 0 else None
+
+
+def _block_error(request: LoadRequest, budget: Budget, threads: int) -> str:
+    needed = MIN_BLOCK_BYTES * BLOCK_MEMORY_FACTOR * threads
+    cap = f"memory_cap={request.memory_cap} gives" if request.memory_cap is not None else "the budget is"
+    return (
+        f"{cap} {fmt_bytes(budget.per_node)} per node, so min_insert_block_size_bytes = budget / "
+        f"({BLOCK_MEMORY_FACTOR} x {threads} threads) would be below the minimum {fmt_bytes(MIN_BLOCK_BYTES)}; "
+        f"raise memory_cap to at least {fmt_bytes(needed)} per node or lower max_insert_threads in settings"
+    )

@@ -1,0 +1,54 @@
+"""Byte sizes: units, parsing (pydantic's ByteSize) and the short form reason lines use."""
+
+from __future__ import annotations
+
+from pydantic import ByteSize, TypeAdapter, ValidationError
+
+from airflow_provider_s3ch.core.errors import InvalidRequestError
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+_BYTE_SIZE = TypeAdapter(ByteSize)
+
+
+def parse_size(value: int | float | str | None, name: str = "memory_cap") -> int | None:
+    """Parse a byte size: an integer, or a string such as ``"8GiB"``, ``"512 MiB"``, ``"2GB"``.
+
+    Units are pydantic's :class:`~pydantic.ByteSize` ones (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB...,
+    any case).
+
+    :param value: bytes as a number, or a number followed by a unit.
+    :param name: the argument's name, for the error message.
+    :return: the size in bytes, or None when ``value`` is None or empty.
+    :raises InvalidRequestError: not a size, or not positive.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None
+    if isinstance(value, bool):
+        raise InvalidRequestError(f"{name}={value!r} is not a size; give bytes or a string like '8GiB'")
+    try:
+        size = int(_BYTE_SIZE.validate_python(value.strip() if isinstance(value, str) else value))
+    except (ValidationError, ValueError, OverflowError):
+        raise InvalidRequestError(
+            f"{name}={value!r} is not a size; give bytes (e.g. 8589934592) or a number with a unit "
+            "such as '8GiB', '512MiB' or '2GB'"
+        ) from None
+    if size <= 0:
+        raise InvalidRequestError(f"{name}={value!r} must be positive; give bytes or a string like '8GiB'")
+    return size
+
+
+def fmt_bytes(n: float) -> str:
+    """Format a byte count for a reason line: ``"2.67 GiB"``, ``"256 MiB"``.
+
+    :param n: bytes.
+    :return: a short human-readable size (binary units).
+    """
+    for unit, size in (("TiB", 1024**4), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(n) >= size:
+            value = n / size
+            return f"{value:.0f} {unit}" if value == int(value) else f"{value:.2f} {unit}"
+    return f"{int(n)} B"
+

@@ -1,0 +1,124 @@
+"""What the server knows of the load's queries: ``system.processes`` and ``system.query_log`` on each node.
+
+Typed reads for the recovery state machine (earlier tries of a query id stem) and for the
+metrics (the load's entry and its secondary inserts); one polling helper (tenacity) for
+every wait.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
+
+from airflow_provider_s3ch.core.metrics import QUERY_LOG_COLUMNS, QueryLogRow
+from airflow_provider_s3ch.core.models import ClusterNode
+from airflow_provider_s3ch.core.recovery import EarlierTry, QueryId
+from airflow_provider_s3ch.errors import LoadError
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+
+_LOG_SQL = (
+    f"SELECT {', '.join(QUERY_LOG_COLUMNS)} FROM system.query_log WHERE {{where}} "
+    "AND type != 'QueryStart' AND event_date >= yesterday() ORDER BY event_time_microseconds"
+)
+
+def poll(timeout: float, interval: float = 0.5, *, until: Any = bool, on_wait: Any = None) -> Retrying:
+    """Call a function until ``until(result)`` holds or ``timeout`` passes; then return its last result."""
+    return Retrying(
+        stop=stop_after_delay(timeout), wait=wait_fixed(interval), retry=retry_if_result(lambda r: not until(r)),
+        before_sleep=on_wait, retry_error_callback=lambda state: state.outcome.result() if state.outcome else None,
+    )
+
+
+class QueryLog:
+    """The load's queries as the server sees them, on the hook's node or on every node of a cluster.
+
+    :param hook: the ClickHouse connection.
+    """
+
+    def __init__(self, hook: ClickHouseHook) -> None:
+        self.hook = hook
+
+    def earlier_tries(self, query_id: QueryId, nodes: Sequence[ClusterNode] = ()) -> list[EarlierTry]:
+        """Every try of ``query_id``'s stem: running (``system.processes``, itself or its secondary
+        queries) or done (``system.query_log``, after flushing), on each node."""
+        out: list[EarlierTry] = []
+        params = {"r": query_id.pattern}
+        for address, client in self.hook.node_clients(nodes):
+            running = self.hook.execute(
+                "SELECT DISTINCT if(match(query_id, %(r)s), query_id, initial_query_id) FROM system.processes "
+                "WHERE match(query_id, %(r)s) OR match(initial_query_id, %(r)s)", params, client=client,
+            )
+            self.hook.execute("SYSTEM FLUSH LOGS", client=client)
+            done = self.hook.rows(
+                QueryLogRow,
+                _LOG_SQL.format(where="match(query_id, %(r)s) AND is_initial_query"), params, client=client,
+            )
+            out += [EarlierTry.of(str(q), "running", None, address) for (q,) in running]
+            out += [EarlierTry.of(r.query_id, "finished" if r.finished else "failed", r.error, address) for r in done]
+        return out
+
+    def running_queries(self, query_ids: Sequence[str], nodes: Sequence[ClusterNode] = ()) -> list[tuple[Any, ...]]:
+        """(node, query_id, elapsed, read_rows, written_rows) of each running query among ``query_ids``
+        or their secondary queries, on each node."""
+        return [
+            (address, *row)
+            for address, client in self.hook.node_clients(nodes)
+            for row in self.hook.execute(
+                "SELECT query_id, elapsed, read_rows, written_rows FROM system.processes "
+                "WHERE query_id IN %(q)s OR initial_query_id IN %(q)s", {"q": tuple(query_ids)}, client=client,
+            )
+        ]
+
+    def wait_for_queries(
+        self, query_ids: Sequence[str], nodes: Sequence[ClusterNode] = (), *, timeout: float,
+        log: logging.Logger | None = None,
+    ) -> None:
+        """Wait until none of ``query_ids`` (nor their secondary queries) runs on any node.
+
+        :raises LoadError: one still runs after ``timeout`` seconds (the task's retries apply).
+        """
+
+        def report(state: RetryCallState) -> None:
+            if log is not None and state.attempt_number % 10 == 1 and state.outcome is not None:
+                for address, query_id, elapsed, read_rows, written_rows in state.outcome.result():
+                    log.info("Waiting for earlier try %s on %s: %.0f s, %d rows read, %d written",
+                             query_id, address, elapsed, read_rows, written_rows)
+
+        if poll(timeout, 1.0, until=lambda running: not running, on_wait=report)(self.running_queries, query_ids, nodes):
+            raise LoadError(
+                f"earlier try {', '.join(query_ids)} still runs after {timeout:.0f} s; not starting a second "
+                "load of the same files (kill it with KILL QUERY, or raise earlier_try_timeout)"
+            )
+
+    def entry(self, query_id: str, nodes: Sequence[ClusterNode] = (), *, wait: float = 10.0) -> QueryLogRow:
+        """The load's finished ``system.query_log`` entry on the connection's node, after flushing logs.
+
+        :raises LoadError: it is not there after ``wait`` seconds, or the query failed.
+        """
+
+        def read() -> list[QueryLogRow]:
+            for _, client in self.hook.node_clients(nodes):
+                self.hook.execute("SYSTEM FLUSH LOGS", client=client)
+            return self.hook.rows(QueryLogRow, _LOG_SQL.format(where="query_id = %(q)s"), {"q": query_id},
+                             node=self.hook.address)
+
+        entries = poll(wait)(read)
+        if not entries:
+            raise LoadError(f"query {query_id} is not in system.query_log; is the query_log enabled on the server?")
+        if not entries[-1].finished:
+            raise LoadError(f"query {query_id} failed on the server: {entries[-1].error}")
+        return entries[-1]
+
+    def secondary_queries(self, query_id: str, nodes: Sequence[ClusterNode]) -> list[QueryLogRow]:
+        """The finished secondary queries of ``query_id`` on each node (logs already flushed)."""
+        return [
+            row
+            for address, client in self.hook.node_clients(nodes)
+            for row in self.hook.rows(
+                QueryLogRow, _LOG_SQL.format(where="initial_query_id = %(q)s AND is_initial_query = 0"),
+                {"q": query_id}, client=client, node=address,
+            )
+        ]

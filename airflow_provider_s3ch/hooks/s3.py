@@ -1,0 +1,287 @@
+"""S3 through Airflow's ``aws`` connection: listing, GetBucketLocation, Parquet footers.
+
+AwsBaseHook is how Airflow users expect AWS credentials to work: keys, profiles,
+assumed roles, session tokens, ``endpoint_url`` in the extra. The worker uses it
+to list the bucket; ClickHouse gets the same credentials (frozen, with the session
+token if any) to read the objects itself. When the connection yields no
+credentials at all, the bucket is treated as public: listing is unsigned and
+ClickHouse reads with ``NOSIGN``.
+
+What a listing means (which keys are in, one format) is decided in
+:mod:`airflow_provider_s3ch.core.manifest`; this module only makes the calls.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from typing import Any
+
+import boto3.session
+from botocore.client import BaseClient
+from botocore.exceptions import ClientError
+
+from airflow_provider_s3ch.core import manifest as policy
+from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Credentials, S3Object
+from airflow_provider_s3ch.errors import BucketError, provider_errors
+
+#: Bytes fetched from the end of a file in the first GET: the 8-byte trailer and, usually,
+#: the whole footer, so one ranged GET per file is the common case.
+FOOTER_PROBE_BYTES = 64 * 1024
+
+def _list_pages(client: BaseClient, bucket: str, prefix: str) -> Iterator[list[dict[str, Any]]]:
+    """Yield each ListObjectsV2 page's ``Contents``, one S3 call per page."""
+    kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+    while True:
+        page = _call(client.list_objects_v2, bucket, "list", prefix=prefix, **kwargs)
+        yield page.get("Contents", [])
+        token = page.get("NextContinuationToken")
+        if not page.get("IsTruncated") or not token:
+            return
+        kwargs["ContinuationToken"] = token
+
+
+def _call(method: Any, bucket: str, action: str, prefix: str = "", **kwargs: Any) -> dict[str, Any]:
+    """Run one S3 call, turning a missing bucket or a refusal into :class:`BucketError`."""
+    try:
+        return method(**kwargs)
+    except ClientError as exc:
+        raise _bucket_error(exc, bucket, action, prefix) from exc
+
+
+_DENIED = frozenset({"AccessDenied", "403", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
+
+
+def _error_code(exc: ClientError) -> str:
+    err = exc.response.get("Error", {})
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return str(err.get("Code") or status or "")
+
+
+def _bucket_error(exc: ClientError, bucket: str, action: str, prefix: str) -> Exception:
+    """The terminal error for a ClientError, or the ClientError itself when it may be transient."""
+    code = _error_code(exc)
+    if code in ("NoSuchBucket", "404"):
+        return BucketError(
+            f"bucket {bucket!r} does not exist (or is not on this endpoint); check the bucket name in s3_uri"
+        )
+    if code in _DENIED:
+        where = f"s3://{bucket}/{prefix}" if action == "list" else f"the location of bucket {bucket!r}"
+        permission = "s3:ListBucket" if action == "list" else "s3:GetBucketLocation"
+        return BucketError(
+            f"access denied ({code}) to {action} {where}; give the aws connection {permission} "
+            f"on arn:aws:s3:::{bucket} and check its keys"
+        )
+    return exc
+
+
+
+def list_matching(client: BaseClient, bucket: str, pattern: str) -> tuple[list[S3Object], int]:
+    """The objects ClickHouse's ``s3()`` reads for the key glob, sorted by key.
+
+    Lists the glob's literal prefix page by page (ListObjectsV2) and keeps the keys that fully
+    match :func:`glob_to_regex`. Zero-byte keys ending in ``/`` (folder markers) are skipped. A key
+    without globs is listed too (prefix = the key) and kept on an exact match.
+
+    :param client: a boto3 S3 client.
+    :param bucket: the bucket name.
+    :param pattern: the key part of the S3 URI.
+    :return: the matching objects, and how many S3 calls the listing took.
+    :raises BucketError: when the bucket does not exist or may not be listed.
+    """
+    with provider_errors():
+        listing = _scan(client, bucket, pattern)
+    return listing.objects, listing.calls
+
+
+def bucket_region(client: BaseClient, bucket: str) -> str:
+    """The bucket's region, from GetBucketLocation.
+
+    :param client: a boto3 S3 client.
+    :param bucket: the bucket name.
+    :return: the region; the legacy answers None/"" mean us-east-1 and "EU" means eu-west-1.
+    :raises BucketError: when the bucket does not exist or its location may not be read.
+    """
+    answer = _call(client.get_bucket_location, bucket, "read", Bucket=bucket)
+    location = answer.get("LocationConstraint")
+    if not location:
+        return "us-east-1"
+    return "eu-west-1" if location == "EU" else str(location)
+
+
+
+def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: int = policy.FOOTER_SAMPLE) -> Manifest:
+    """List the request's objects and settle their format and compression.
+
+    :param client: a boto3 S3 client with the aws connection's credentials.
+    :param request: the validated load request.
+    :param footer_sample: for Parquet, how many footers to read (the largest files) for the
+        data's uncompressed size and its largest row group; 0 reads none.
+    :return: the manifest; ``list_calls`` counts every S3 call, the location and footer calls included.
+    :raises BucketError: when the bucket is missing or the connection may not list it.
+    :raises NoObjectsError: when nothing matches, or a key ClickHouse would read directly is missing.
+    :raises FormatError: when the objects' format or compression is unknown or mixed and the
+        request does not name it.
+    """
+    with provider_errors():
+        region, calls = _region_or_none(client, request.bucket)
+        listing = _scan(client, request.bucket, request.key_pattern)
+        policy.check_listing(request, listing)
+        fmt = request.format or policy.single_format(listing.objects)
+        compression = request.compression or policy.single_compression(listing.objects)
+        footers = None
+        if footer_sample and policy.wants_footers(fmt, compression):
+            footers = parquet_footer_stats(client, request.bucket, listing.objects, sample=footer_sample)
+        return policy.make_manifest(request, listing, region=region, calls=calls, footers=footers)
+
+
+def _scan(client: BaseClient, bucket: str, pattern: str) -> policy.Listing:
+    """List the glob's literal prefix page by page."""
+    listing = policy.Listing(pattern)
+    for contents in _list_pages(client, bucket, listing.prefix):
+        listing.add_page(contents)
+    return listing
+
+
+def parquet_footer_stats(
+    client: BaseClient, bucket: str, objects: list[S3Object], sample: int = policy.FOOTER_SAMPLE
+) -> policy.FooterStats:
+    """Read the footers of the ``sample`` largest Parquet files: uncompressed sizes, cheaply.
+
+    One ranged GET of the last :data:`FOOTER_PROBE_BYTES` per file (a second one when the
+    footer is bigger). Needs ``pyarrow`` to parse the footer; without it, or when a read
+    fails, the planner falls back to its expansion factors.
+
+    :param client: a boto3 S3 client.
+    :param bucket: the bucket.
+    :param objects: the manifest's objects.
+    :param sample: how many files to read.
+    """
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        return policy.FooterStats()
+    calls = 0
+    sampled: list[tuple[int, list[int]]] = []
+    for obj in policy.footer_sample(objects, sample):
+        try:
+            probe = min(obj.size, FOOTER_PROBE_BYTES)
+            tail = client.get_object(Bucket=bucket, Key=obj.key, Range=f"bytes=-{probe}")["Body"].read()
+            calls += 1
+            if len(tail) < 8 or tail[-4:] != b"PAR1":
+                continue
+            footer_len = int.from_bytes(tail[-8:-4], "little")
+            if footer_len + 8 > len(tail):
+                if footer_len + 8 > obj.size:
+                    continue
+                tail = client.get_object(Bucket=bucket, Key=obj.key, Range=f"bytes=-{footer_len + 8}")["Body"].read()
+                calls += 1
+            meta = pq.read_metadata(_TailFile(tail, obj.size))
+        except Exception:  # noqa: BLE001 - footers are an optimisation: any failure falls back
+            continue
+        sampled.append((obj.size, [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]))
+    return policy.footer_stats(objects, sampled, calls)
+
+
+class _TailFile(io.RawIOBase):
+    """A read-only file of ``size`` bytes of which only the tail is known (zeros before it)."""
+
+    def __init__(self, tail: bytes, size: int) -> None:
+        self._tail, self._size, self._pos = tail, size, 0
+        self._start = size - len(tail)
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), max(0, self._size - self._pos))
+        out = bytearray(n)
+        lo, hi = max(self._pos, self._start), self._pos + n
+        if hi > lo:
+            out[lo - self._pos : hi - self._pos] = self._tail[lo - self._start : hi - self._start]
+        buffer[:n] = out
+        self._pos += n
+        return n
+
+
+def _region_or_none(client: BaseClient, bucket: str) -> tuple[str | None, int]:
+    """The bucket's region and the call count; None when only GetBucketLocation is refused.
+
+    A connection may be allowed to list a bucket and not to read its location; the region check
+    is then skipped rather than the load refused. A missing bucket still raises.
+    """
+    try:
+        return bucket_region(client, bucket), 1
+    except BucketError as exc:
+        cause = exc.__cause__
+        if isinstance(cause, ClientError) and _error_code(cause) in _DENIED:
+            return None, 1
+        raise
+
+
+
+
+class S3Source:
+    """A boto3 S3 client and the credentials ClickHouse needs, from one ``aws`` connection.
+
+    :param aws_conn_id: the Airflow connection id (``aws_default``); None for an
+        anonymous (public-bucket) client with default settings.
+    """
+
+    def __init__(self, aws_conn_id: str | None = "aws_default") -> None:
+        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+        self.aws_conn_id = aws_conn_id
+        self.hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
+        self._session: boto3.session.Session | None = None
+        self._credentials: S3Credentials | None | bool = False
+
+    @property
+    def endpoint_url(self) -> str | None:
+        """The connection's ``endpoint_url`` (extra), if any."""
+        return self.hook.conn_config.endpoint_url
+
+    @property
+    def session(self) -> boto3.session.Session:
+        if self._session is None:
+            self._session = self.hook.get_session()
+        return self._session
+
+    def credentials(self) -> S3Credentials | None:
+        """Frozen credentials for ClickHouse, masked in logs by the amazon provider; None when anonymous."""
+        if self._credentials is False:
+            if self.session.get_credentials() is None:
+                self._credentials = None
+            else:
+                frozen = self.hook.get_credentials()  # frozen, and registered with the secrets masker
+                self._credentials = S3Credentials(
+                    access_key_id=frozen.access_key,
+                    secret_access_key=frozen.secret_key,
+                    session_token=frozen.token or None,
+                )
+        return self._credentials  # type: ignore[return-value]
+
+    def client(self) -> BaseClient:
+        """A boto3 S3 client; unsigned when the connection has no credentials."""
+        from botocore import UNSIGNED
+        from botocore.config import Config
+
+        kwargs: dict[str, Any] = {"endpoint_url": self.endpoint_url}
+        if self.credentials() is None:
+            kwargs["config"] = Config(signature_version=UNSIGNED)
+        else:
+            config = self.hook.config
+            if config is not None:
+                kwargs["config"] = config
+        return self.session.client("s3", **kwargs)
