@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test unit integration bench clean
+.PHONY: venv demo test unit integration lint bench clean
 
 venv: $(STAMP)
 
@@ -20,6 +20,10 @@ demo: venv
 ## test: the whole suite (unit, integration on the real local stack, the example DAG through Airflow)
 test: venv
 	$(PY) -m pytest -q -p no:cacheprovider
+
+## lint: ruff (rules in pyproject.toml)
+lint: venv
+	$(VENV)/bin/ruff check .
 
 unit: venv
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
