@@ -2,8 +2,8 @@
 
 ``except S3chError`` catches every error the provider raises. Terminal errors
 (:class:`S3chTerminalError`: bad input, missing objects or tables, a region mismatch under
-policy ``fail``, a statement or data the server rejects) are also
-:class:`AirflowFailException`, so Airflow does not retry them. Transient ones
+policy ``fail``, files whose columns do not match the table, a statement or data the server
+rejects) are also :class:`AirflowFailException`, so Airflow does not retry them. Transient ones
 (:class:`S3chTransientError`: a server that does not answer, an overloaded server) are
 plain :class:`AirflowException`, so the task's retries apply.
 
@@ -58,6 +58,10 @@ class PlanError(S3chTerminalError, core.PlanError):
     """The load cannot be planned with the given inputs (e.g. a memory cap too small)."""
 
 
+class SchemaError(S3chTerminalError, core.SchemaError):
+    """The files' columns do not match the target's (missing, extra or incompatible columns)."""
+
+
 class BucketError(S3chTerminalError):
     """The bucket is missing or cannot be read with the connection's credentials."""
 
@@ -89,6 +93,7 @@ _FROM_CORE: dict[type[core.CoreError], type[S3chTerminalError]] = {
     core.TableError: TableError,
     core.RegionMismatchError: RegionMismatchError,
     core.PlanError: PlanError,
+    core.SchemaError: SchemaError,
 }
 
 

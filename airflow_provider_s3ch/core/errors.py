@@ -40,6 +40,10 @@ class PlanError(CoreError):
     """The load cannot be planned with the given inputs (e.g. a memory cap too small)."""
 
 
+class SchemaError(CoreError):
+    """The files' columns do not match the target's (missing, extra or incompatible columns)."""
+
+
 # ---------------------------------------------------------------------- server error codes
 
 Kind = Literal["auth", "unknown_table", "terminal", "transient"]

@@ -71,6 +71,26 @@ NAMELESS_FORMATS = frozenset(
     )
 )
 
+#: Formats whose files declare each column's type. Schema inference on text formats (CSV, JSON, ...)
+#: guesses types from the first rows (a quoted ``"123"`` is a String), and the server parses text into
+#: the table's types anyway, so only these formats' types say something about the table's.
+TYPED_FORMATS = frozenset(
+    name.lower()
+    for name in (
+        "Parquet",
+        "ORC",
+        "Arrow",
+        "ArrowStream",
+        "Avro",
+        "Native",
+        "RowBinaryWithNamesAndTypes",
+        "CSVWithNamesAndTypes",
+        "TSVWithNamesAndTypes",
+        "TabSeparatedWithNamesAndTypes",
+        "JSONCompactEachRowWithNamesAndTypes",
+    )
+)
+
 _NO_COMPRESSION = frozenset({"", "none", "auto"})
 
 

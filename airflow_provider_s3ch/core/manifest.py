@@ -6,12 +6,20 @@ functions decide what the listing means. Pure: no I/O.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from airflow_provider_s3ch.core.errors import FormatError, NoObjectsError
+from airflow_provider_s3ch.core.errors import FormatError, InvalidRequestError, NoObjectsError
 from airflow_provider_s3ch.core.formats import detect_compression, detect_format, is_compressed
-from airflow_provider_s3ch.core.glob import expand_keys, glob_to_regex, literal_prefix
+from airflow_provider_s3ch.core.glob import (
+    archive_path_syntax,
+    check_key_pattern,
+    compile_glob,
+    literal_prefix,
+    split_archive,
+    unreadable_key,
+)
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object
 
 EXAMPLES = 3
@@ -25,17 +33,30 @@ FOOTER_PROBE_BYTES = 64 * 1024
 
 
 class Listing:
-    """The keys of one listed prefix, split into those the glob reads and a few others.
+    """The objects a key glob selects, as ClickHouse's ``s3()`` selects them, and a few others.
+
+    ClickHouse reads a key without globs, or the keys of a single ``{a,b}`` group, directly: those
+    are ``direct``, to be looked up one by one (:meth:`add_head`). Any other glob is matched against
+    the listing of its literal ``prefix`` (:meth:`add_page`). For ``archive :: member`` the glob is
+    the archive's; the members are the server's to read, and their format is the member pattern's.
 
     :param pattern: the key glob.
+    :param archive_syntax: ``allow_archive_path_syntax`` (see :func:`~airflow_provider_s3ch.core.glob.archive_path_syntax`).
+    :raises InvalidRequestError: when ClickHouse rejects the glob or cannot read the key as named.
     """
 
-    def __init__(self, pattern: str) -> None:
-        self.pattern = pattern
-        self.prefix = literal_prefix(pattern)
-        self._regex = glob_to_regex(pattern)
+    def __init__(self, pattern: str, *, archive_syntax: bool = True) -> None:
+        self.pattern, self.member = split_archive(pattern, archive_syntax)
+        check_key_pattern(self.pattern, self.member)
+        self.glob = compile_glob(self.pattern)
+        self.prefix = literal_prefix(self.pattern)
+        #: The keys ClickHouse reads without listing, or None when it lists ``prefix``.
+        self.direct = self.glob.keys
+        self._repeats = Counter(self.direct or ())
         self.matched: list[S3Object] = []
         self.others: list[str] = []
+        self.missing: list[str] = []
+        self.unreadable: list[tuple[str, str]] = []
         self.seen = 0
         self.calls = 0
 
@@ -46,10 +67,31 @@ class Listing:
             if _is_directory_marker(entry):
                 continue
             self.seen += 1
-            if self._regex.fullmatch(entry["Key"]):
-                self.matched.append(_to_object(entry))
+            key = entry["Key"]
+            if self.glob.fullmatch(key):
+                reason = unreadable_key(key)
+                if reason:
+                    self.unreadable.append((key, reason))
+                self.matched.append(self._object(key, entry.get("Size", 0)))
             elif len(self.others) < EXAMPLES:
-                self.others.append(entry["Key"])
+                self.others.append(key)
+
+    def add_head(self, key: str, head: dict[str, Any] | None) -> None:
+        """Take the HeadObject answer for one of the ``direct`` keys; None when there is no such object.
+
+        A key a ``{a,a}`` group names twice is read twice by ClickHouse, so it is in the manifest twice.
+        """
+        self.calls += 1
+        if head is None:
+            self.missing.append(key)
+            return
+        self.seen += 1
+        obj = self._object(key, head.get("ContentLength", 0))
+        self.matched.extend([obj] * self._repeats.get(key, 1))
+
+    def _object(self, key: str, size: Any) -> S3Object:
+        name = key if self.member is None else self.member
+        return S3Object(key=key, size=int(size or 0), format=detect_format(name), compression=detect_compression(name))
 
     @property
     def objects(self) -> list[S3Object]:
@@ -57,16 +99,13 @@ class Listing:
         return sorted(self.matched, key=lambda o: o.key)
 
 
+def listing_for(request: LoadRequest) -> Listing:
+    """The empty :class:`Listing` of the request's key glob, under its ``allow_archive_path_syntax``."""
+    return Listing(request.key_pattern, archive_syntax=archive_path_syntax(request.settings))
+
+
 def _is_directory_marker(entry: dict[str, Any]) -> bool:
     return entry["Key"].endswith("/") and int(entry.get("Size", 0)) == 0
-
-
-def _to_object(entry: dict[str, Any]) -> S3Object:
-    key = entry["Key"]
-    return S3Object(
-        key=key, size=int(entry.get("Size", 0)), format=detect_format(key), compression=detect_compression(key)
-    )
-
 
 
 class FooterStats(NamedTuple):
@@ -144,10 +183,20 @@ def make_manifest(
 
 
 def check_listing(request: LoadRequest, listing: Listing) -> None:
-    """Raise :class:`NoObjectsError` when nothing matched or a directly read key is missing."""
+    """Raise when the load would read nothing, fail on a missing key, or read a key under another name.
+
+    :raises NoObjectsError: nothing matched, or a key ClickHouse reads directly does not exist
+        (unless ``s3_ignore_file_doesnt_exist`` is set).
+    :raises InvalidRequestError: the glob matches a key ClickHouse cannot read as named.
+    """
     bucket, pattern, prefix = request.bucket, listing.pattern, listing.prefix
     objects, seen = listing.matched, listing.seen
     if not objects:
+        if listing.direct is not None:
+            looked = f"read directly, without listing: {len(set(listing.direct))} key(s) looked up, none found"
+            raise NoObjectsError(
+                f"no object in bucket {bucket!r} matches {pattern!r} ({looked}); check the s3_uri and its glob"
+            )
         if seen:
             examples = ", ".join(repr(k) for k in listing.others)
             listed = f"{seen} object{'s' if seen != 1 else ''}, none matching, e.g. {examples}"
@@ -157,11 +206,14 @@ def check_listing(request: LoadRequest, listing: Listing) -> None:
             f"no object in bucket {bucket!r} matches {pattern!r} (listed prefix {prefix!r}: {listed}); "
             "check the s3_uri and its glob"
         )
-    expected = expand_keys(pattern)
-    if expected is None or _ignores_missing(request):
-        return
-    missing = sorted(set(expected) - {o.key for o in objects})
-    if missing:
+    if listing.unreadable:
+        shown = "; ".join(f"{key!r} {reason}" for key, reason in listing.unreadable[:EXAMPLES])
+        raise InvalidRequestError(
+            f"{pattern!r} matches {len(listing.unreadable)} key(s) in bucket {bucket!r} that ClickHouse cannot "
+            f"read as named: {shown}; narrow the glob so that it leaves them out"
+        )
+    if listing.missing and not _ignores_missing(request):
+        missing, expected = sorted(listing.missing), set(listing.direct or ())
         raise NoObjectsError(
             f"{len(missing)} of the {len(expected)} keys that {pattern!r} names do not exist in bucket "
             f"{bucket!r}: {', '.join(repr(k) for k in missing[:EXAMPLES])}; ClickHouse reads these keys "

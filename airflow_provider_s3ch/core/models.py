@@ -7,6 +7,7 @@ Everything here is plain data: no I/O, no Airflow. The planner
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Literal
 
@@ -18,7 +19,12 @@ from airflow_provider_s3ch.core.sizes import parse_size
 RegionCheck = Literal["warn", "fail", "off"]
 Strategy = Literal["auto", "single", "distributed"]
 Mode = Literal["append", "replace_partitions", "overwrite"]
+SchemaPolicy = Literal["strict", "ignore_extra", "warn", "off"]
 SettingValue = int | float | str
+
+#: The range of a numeric setting: ClickHouse's settings are Int64, UInt64 or Float64, and a value
+#: outside Int64 .. UInt64 fails on the server with a message that names no setting.
+SETTING_MIN, SETTING_MAX = -(2**63), 2**64 - 1
 
 #: Setting names ClickHouse accepts (and the only ones rendered unquoted).
 SETTING_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -92,6 +98,7 @@ class LoadRequest(BaseModel):
     cluster: str | None = None
     dry_run: bool = False
     mode: Mode = "append"
+    schema_check: SchemaPolicy = "strict"
 
     @field_validator("table", mode="before")
     @classmethod
@@ -106,7 +113,7 @@ class LoadRequest(BaseModel):
     @field_validator("s3_uri")
     @classmethod
     def _uri(cls, v: str) -> str:
-        v = (v or "").strip()
+        v = (v or "").lstrip()  # a key may end with spaces: they are the key's own
         if not v.startswith("s3://"):
             raise InvalidRequestError(
                 f"s3_uri={v!r} is not an S3 URI; give 's3://bucket/prefix/*.parquet' "
@@ -147,6 +154,13 @@ class LoadRequest(BaseModel):
             if not isinstance(value, int | float | str):
                 raise InvalidRequestError(
                     f"settings: {name}={value!r} must be a number or a string, not {type(value).__name__}"
+                )
+            if isinstance(value, int | float) and not (
+                math.isfinite(value) and SETTING_MIN <= value <= SETTING_MAX
+            ):
+                raise InvalidRequestError(
+                    f"settings: {name}={value!r} is out of range: ClickHouse settings are 64-bit numbers "
+                    f"({SETTING_MIN} to {SETTING_MAX}); give a value in that range"
                 )
             out[name] = value
         return out

@@ -10,6 +10,9 @@ KiB = 1024
 MiB = 1024 * KiB
 GiB = 1024 * MiB
 
+#: The largest size a ClickHouse memory setting takes (Int64).
+MAX_SIZE = 2**63 - 1
+
 _BYTE_SIZE = TypeAdapter(ByteSize)
 
 
@@ -37,6 +40,11 @@ def parse_size(value: int | float | str | None, name: str = "memory_cap") -> int
         ) from None
     if size <= 0:
         raise InvalidRequestError(f"{name}={value!r} must be positive; give bytes or a string like '8GiB'")
+    if size > MAX_SIZE:
+        raise InvalidRequestError(
+            f"{name}={value!r} is {size} bytes, above {MAX_SIZE} (8 EiB), the most ClickHouse's memory settings "
+            "take; give the memory the load may use, e.g. '8GiB'"
+        )
     return size
 
 

@@ -44,16 +44,47 @@ _ESCAPES = {
 }
 
 
-class RenderedSQL(BaseModel):
-    """A statement to execute and its redacted copy for logs.
+#: ClickHouse's default ``max_query_size``. A statement longer than the limit fails to parse,
+#: and the server then logs its raw text in ``system.query_log``: credentials included. A parsed
+#: statement is logged with the ``s3()`` credentials masked.
+DEFAULT_MAX_QUERY_SIZE = 262_144
 
-    ``sql`` is kept out of ``repr()`` and ``str()`` so that logging the object by mistake
-    shows only the redacted text.
+#: The other settings that decide whether the statement parses, and ClickHouse's defaults: a user's
+#: value below the default (or another dialect) is raised to it, so the statement always parses.
+PARSER_FLOORS: dict[str, int] = {"max_parser_depth": 1000, "max_parser_backtracks": 1_000_000}
+
+
+def parseable(settings: dict[str, SettingValue], statement_bytes: int) -> dict[str, SettingValue]:
+    """``settings`` with those that govern parsing set so that a statement of ``statement_bytes`` parses.
+
+    ``max_query_size`` is raised to the statement's length when the statement is longer than the limit in
+    force (a huge ``structure`` or glob); ``max_parser_depth`` and ``max_parser_backtracks`` are kept at
+    least at ClickHouse's defaults; ``dialect`` stays ``clickhouse``.
+    """
+    floors = {"max_query_size": max(statement_bytes, DEFAULT_MAX_QUERY_SIZE), **PARSER_FLOORS}
+    for name, floor in floors.items():
+        value = settings.get(name)
+        if value is not None and not (isinstance(value, int) and value >= floor):
+            settings[name] = floor
+    if statement_bytes > DEFAULT_MAX_QUERY_SIZE and "max_query_size" not in settings:
+        settings["max_query_size"] = statement_bytes
+    if "dialect" in settings:
+        settings["dialect"] = "clickhouse"
+    return settings
+
+
+class RenderedSQL(BaseModel):
+    """A statement to execute, the settings sent beside it in the protocol, and a redacted copy for logs.
+
+    The protocol's settings apply before the statement is parsed, so they keep it parseable whatever
+    its length (a statement that does not parse is logged raw, credentials included). ``sql`` is kept
+    out of ``repr()`` and ``str()`` so that logging the object by mistake shows only the redacted text.
     """
 
     model_config = ConfigDict(frozen=True)
 
     sql: str = Field(repr=False)
+    settings: dict[str, SettingValue] = Field(default_factory=dict)
     redacted: str
 
 
@@ -198,22 +229,63 @@ def render_source(plan: LoadPlan, credentials: S3Credentials | None, *, redact: 
     return f"s3({', '.join(args)})"
 
 
+def render_describe(
+    plan: LoadPlan, credentials: S3Credentials | None, *, url: str, structure: bool,
+    settings: dict[str, SettingValue] | None = None,
+) -> RenderedSQL:
+    """Render ``DESCRIBE TABLE s3(url, creds, format[, structure][, compression])`` over one file.
+
+    The server answers with its schema inference over the file (``structure=False``) or with its
+    own parse of the plan's ``structure`` (``structure=True``; no file is read then). Always
+    ``s3()``, also for a distributed plan: one file is described by the node the hook talks to.
+
+    :param plan: the plan (format, structure, compression).
+    :param credentials: the S3 keys, or None for an unsigned (``NOSIGN``) read.
+    :param url: the file's URL.
+    :param structure: describe the plan's ``structure`` instead of inferring the file's columns.
+    :param settings: settings sent with it (the user's: schema inference settings apply to it too).
+    :return: the SQL, its settings, and a redacted copy without the secret key or the session token.
+    """
+    one_file = plan.model_copy(
+        update={"source_url": url, "strategy": "single", "structure": plan.structure if structure else None}
+    )
+
+    def statement(redact: bool) -> str:
+        return f"DESCRIBE TABLE {render_source(one_file, credentials, redact=redact)}"
+
+    sql = statement(False)
+    values = parseable(dict(settings or {}), len(sql.encode()) + 1)
+    clause = render_settings(values)
+    redacted = scrub(f"{statement(True)} {clause}" if clause else statement(True), credentials)
+    return RenderedSQL(sql=sql, settings=values, redacted=redacted)
+
+
 def render_insert(plan: LoadPlan, credentials: S3Credentials | None, *, target: TableRef | None = None) -> RenderedSQL:
-    """Render ``INSERT INTO <table> SELECT * FROM s3(...) SETTINGS ...`` and its redacted copy.
+    """Render ``INSERT INTO <table> SELECT * FROM s3(...) SETTINGS ...``, what to send beside it, and a
+    redacted copy.
+
+    Settings in the statement's ``SETTINGS`` clause apply once it has parsed (and the server records
+    each of them in ``system.query_log``); what decides whether it parses travels in the protocol: a
+    ``max_query_size`` that holds the statement when it is longer than the default (a huge ``structure``,
+    glob or setting value), see :func:`parseable`.
 
     :param plan: the plan.
     :param credentials: the S3 keys, or None for an unsigned (``NOSIGN``) read.
     :param target: insert into this table instead of ``plan.table`` (e.g. a staging table).
-    :return: the SQL and a redacted copy without the secret key or the session token.
+    :return: the SQL, the settings to send beside it, and a redacted copy without the secret key or
+        the session token.
     """
     table = render_table(target or plan.table)
     settings = render_settings(plan.settings.values)
-    tail = f" {settings}" if settings else ""
 
     def statement(redact: bool) -> str:
-        return f"INSERT INTO {table} SELECT * FROM {render_source(plan, credentials, redact=redact)}{tail}"
+        source = render_source(plan, credentials, redact=redact)
+        return f"INSERT INTO {table} SELECT * FROM {source}{' ' + settings if settings else ''}"
 
-    return RenderedSQL(sql=statement(False), redacted=scrub(statement(True), credentials))
+    sql = statement(False)
+    return RenderedSQL(
+        sql=sql, settings=parseable({}, len(sql.encode()) + 1), redacted=scrub(statement(True), credentials)
+    )
 
 
 def scrub(text: str, credentials: S3Credentials | None) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from airflow.sdk import BaseHook
@@ -32,6 +32,7 @@ from airflow_provider_s3ch.errors import (
     S3chError,
     TableError,
 )
+from airflow_provider_s3ch.hooks.quiet import quiet_loggers
 
 DEFAULT_PORT = 9000
 DEFAULT_SECURE_PORT = 9440
@@ -39,18 +40,6 @@ _CLIENT_EXTRA_KEYS = (
     "connect_timeout", "send_receive_timeout", "sync_request_timeout", "compression", "verify", "ca_certs"
 )
 Row = TypeVar("Row", bound=BaseModel)
-
-
-@contextlib.contextmanager
-def _quiet_driver() -> Iterator[None]:
-    """Keep clickhouse-driver from logging the statement (it holds S3 credentials) at DEBUG level."""
-    logger = logging.getLogger("clickhouse_driver")
-    saved = logger.level
-    logger.setLevel(logging.INFO)
-    try:
-        yield
-    finally:
-        logger.setLevel(saved)
 
 
 class ClickHouseHook(BaseHook):
@@ -92,6 +81,7 @@ class ClickHouseHook(BaseHook):
             "client_name": "airflow-provider-s3ch",
             "connect_timeout": 10,
             "send_receive_timeout": 3600,
+            "settings_is_important": True,  # an unknown setting sent in the protocol is an error, not ignored
             **{key: extra[key] for key in _CLIENT_EXTRA_KEYS if key in extra},
         }
 
@@ -169,13 +159,15 @@ class ClickHouseHook(BaseHook):
         return LoadError(message)
 
     def run_insert(
-        self, sql: str, *, query_id: str, log: logging.Logger | None = None, log_every: float = 10.0
+        self, sql: str, *, query_id: str, settings: dict[str, Any] | None = None, log: logging.Logger | None = None,
+        log_every: float = 10.0,
     ) -> None:
-        """Run the load under ``query_id`` (the statement holds secrets: never logged), logging progress."""
+        """Run the load under ``query_id`` with ``settings`` sent in the protocol (the statement holds
+        secrets: never logged), logging progress."""
         last = time.monotonic()
         try:
-            with _quiet_driver():
-                progress = self.get_conn().execute_with_progress(sql, query_id=query_id)
+            with quiet_loggers("clickhouse_driver"):
+                progress = self.get_conn().execute_with_progress(sql, settings=settings, query_id=query_id)
                 for rows, total in progress:
                     if log is not None and time.monotonic() - last >= log_every:
                         last = time.monotonic()

@@ -1,4 +1,4 @@
-"""S3 through Airflow's ``aws`` connection: listing, GetBucketLocation, Parquet footers.
+"""S3 through Airflow's ``aws`` connection: listing, HeadObject, GetBucketLocation, Parquet footers.
 
 AwsBaseHook is how Airflow users expect AWS credentials to work: keys, profiles,
 assumed roles, session tokens, ``endpoint_url`` in the extra. The worker uses it
@@ -14,6 +14,7 @@ What a listing means (which keys are in, one format) is decided in
 from __future__ import annotations
 
 import io
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,10 +25,13 @@ from botocore.exceptions import ClientError
 from airflow_provider_s3ch.core import manifest as policy
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Credentials, S3Object
 from airflow_provider_s3ch.errors import BucketError, provider_errors
+from airflow_provider_s3ch.hooks.quiet import quiet_loggers
 
 #: Bytes fetched from the end of a file in the first GET: the 8-byte trailer and, usually,
 #: the whole footer, so one ranged GET per file is the common case.
 FOOTER_PROBE_BYTES = 64 * 1024
+
+log = logging.getLogger(__name__)
 
 def _list_pages(client: BaseClient, bucket: str, prefix: str) -> Iterator[list[dict[str, Any]]]:
     """Yield each ListObjectsV2 page's ``Contents``, one S3 call per page."""
@@ -59,13 +63,23 @@ def _error_code(exc: ClientError) -> str:
 
 
 def _bucket_error(exc: ClientError, bucket: str, action: str, prefix: str) -> Exception:
-    """The terminal error for a ClientError, or the ClientError itself when it may be transient."""
+    """The terminal error for a ClientError, or the ClientError itself when it may be transient.
+
+    :param action: ``list`` (ListObjectsV2 of ``prefix``), ``read`` (GetBucketLocation) or ``head``
+        (HeadObject of the key ``prefix``).
+    """
     code = _error_code(exc)
     if code in ("NoSuchBucket", "404"):
         return BucketError(
             f"bucket {bucket!r} does not exist (or is not on this endpoint); check the bucket name in s3_uri"
         )
     if code in _DENIED:
+        if action == "head":
+            return BucketError(
+                f"access denied ({code}) to read s3://{bucket}/{prefix}; give the aws connection s3:GetObject "
+                f"on arn:aws:s3:::{bucket}/{prefix} and check its keys (without s3:ListBucket on the bucket, S3 "
+                "also answers 403 for a key that does not exist)"
+            )
         where = f"s3://{bucket}/{prefix}" if action == "list" else f"the location of bucket {bucket!r}"
         permission = "s3:ListBucket" if action == "list" else "s3:GetBucketLocation"
         return BucketError(
@@ -75,19 +89,32 @@ def _bucket_error(exc: ClientError, bucket: str, action: str, prefix: str) -> Ex
     return exc
 
 
+def _head(client: BaseClient, bucket: str, key: str) -> dict[str, Any] | None:
+    """One HeadObject (needs s3:GetObject only); None when the key does not exist."""
+    try:
+        return client.head_object(Bucket=bucket, Key=key)
+    except ClientError as exc:
+        if _error_code(exc) in ("404", "NoSuchKey", "NotFound"):
+            return None
+        raise _bucket_error(exc, bucket, "head", key) from exc
 
+
+@quiet_loggers()
 def list_matching(client: BaseClient, bucket: str, pattern: str) -> tuple[list[S3Object], int]:
     """The objects ClickHouse's ``s3()`` reads for the key glob, sorted by key.
 
-    Lists the glob's literal prefix page by page (ListObjectsV2) and keeps the keys that fully
-    match :func:`glob_to_regex`. Zero-byte keys ending in ``/`` (folder markers) are skipped. A key
-    without globs is listed too (prefix = the key) and kept on an exact match.
+    A key without globs, or a single ``{a,b}`` group of keys, is what ClickHouse reads directly:
+    each key is looked up with HeadObject (s3:GetObject is enough). Any other glob is matched
+    against the listing of its literal prefix, page by page (ListObjectsV2), with
+    :func:`~airflow_provider_s3ch.core.glob.compile_glob`; zero-byte keys ending in ``/`` (folder
+    markers) are skipped. For ``archive :: member`` these are the archives.
 
     :param client: a boto3 S3 client.
     :param bucket: the bucket name.
     :param pattern: the key part of the S3 URI.
     :return: the matching objects, and how many S3 calls the listing took.
-    :raises BucketError: when the bucket does not exist or may not be listed.
+    :raises BucketError: when the bucket does not exist or may not be listed or read.
+    :raises InvalidRequestError: when ClickHouse rejects the glob.
     """
     with provider_errors():
         listing = _scan(client, bucket, pattern)
@@ -110,6 +137,7 @@ def bucket_region(client: BaseClient, bucket: str) -> str:
 
 
 
+@quiet_loggers()
 def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: int = policy.FOOTER_SAMPLE) -> Manifest:
     """List the request's objects and settle their format and compression.
 
@@ -118,28 +146,40 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
     :param footer_sample: for Parquet, how many footers to read (the largest files) for the
         data's uncompressed size and its largest row group; 0 reads none.
     :return: the manifest; ``list_calls`` counts every S3 call, the location and footer calls included.
-    :raises BucketError: when the bucket is missing or the connection may not list it.
+    :raises BucketError: when the bucket is missing or the connection may not list it (or, for keys
+        ClickHouse reads directly, read them).
+    :raises InvalidRequestError: when ClickHouse rejects the glob or cannot read a matched key as
+        named; raised before any S3 call when the glob itself is the problem.
     :raises NoObjectsError: when nothing matches, or a key ClickHouse would read directly is missing.
     :raises FormatError: when the objects' format or compression is unknown or mixed and the
         request does not name it.
     """
     with provider_errors():
+        listing = policy.listing_for(request)
         region, calls = _region_or_none(client, request.bucket)
-        listing = _scan(client, request.bucket, request.key_pattern)
+        _fill(client, request.bucket, listing)
         policy.check_listing(request, listing)
         fmt = request.format or policy.single_format(listing.objects)
         compression = request.compression or policy.single_compression(listing.objects)
         footers = None
-        if footer_sample and policy.wants_footers(fmt, compression):
+        if footer_sample and listing.member is None and policy.wants_footers(fmt, compression):
             footers = parquet_footer_stats(client, request.bucket, listing.objects, sample=footer_sample)
         return policy.make_manifest(request, listing, region=region, calls=calls, footers=footers)
 
 
 def _scan(client: BaseClient, bucket: str, pattern: str) -> policy.Listing:
-    """List the glob's literal prefix page by page."""
-    listing = policy.Listing(pattern)
-    for contents in _list_pages(client, bucket, listing.prefix):
-        listing.add_page(contents)
+    """The objects the glob selects: looked up one by one, or listed from its prefix."""
+    return _fill(client, bucket, policy.Listing(pattern))
+
+
+def _fill(client: BaseClient, bucket: str, listing: policy.Listing) -> policy.Listing:
+    """HeadObject for each key ClickHouse reads directly; else list the glob's literal prefix page by page."""
+    if listing.direct is not None:
+        for key in dict.fromkeys(listing.direct):
+            listing.add_head(key, _head(client, bucket, key))
+    else:
+        for contents in _list_pages(client, bucket, listing.prefix):
+            listing.add_page(contents)
     return listing
 
 
@@ -165,22 +205,50 @@ def parquet_footer_stats(
     sampled: list[tuple[int, list[int]]] = []
     for obj in policy.footer_sample(objects, sample):
         try:
-            probe = min(obj.size, FOOTER_PROBE_BYTES)
-            tail = client.get_object(Bucket=bucket, Key=obj.key, Range=f"bytes=-{probe}")["Body"].read()
-            calls += 1
+            tail, n = _tail(client, bucket, obj, min(obj.size, FOOTER_PROBE_BYTES))
+            calls += n
             if len(tail) < 8 or tail[-4:] != b"PAR1":
+                log.info("Parquet footer of %s skipped: the file does not end with PAR1", obj.key)
                 continue
             footer_len = int.from_bytes(tail[-8:-4], "little")
             if footer_len + 8 > len(tail):
                 if footer_len + 8 > obj.size:
+                    log.info("Parquet footer of %s skipped: it claims %d bytes", obj.key, footer_len)
                     continue
-                tail = client.get_object(Bucket=bucket, Key=obj.key, Range=f"bytes=-{footer_len + 8}")["Body"].read()
-                calls += 1
+                tail, n = _tail(client, bucket, obj, footer_len + 8)
+                calls += n
             meta = pq.read_metadata(_TailFile(tail, obj.size))
-        except Exception:  # noqa: BLE001 - footers are an optimisation: any failure falls back
+        except Exception as exc:  # noqa: BLE001 - footers are an optimisation: any failure falls back
+            log.info("Parquet footer of %s skipped (the plan falls back to size estimates): %s", obj.key, exc)
             continue
         sampled.append((obj.size, [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]))
     return policy.footer_stats(objects, sampled, calls)
+
+
+def _tail(client: BaseClient, bucket: str, obj: S3Object, n: int) -> tuple[bytes, int]:
+    """The last ``n`` bytes of an object and the GETs it took.
+
+    A suffix range (``bytes=-N``) first; its ``Content-Range`` must say the object's last bytes.
+    Some servers answer a suffix range with the object's first bytes: then an explicit range from the
+    size the listing gave.
+
+    :raises ValueError: neither answer is the object's tail.
+    """
+    first, last = obj.size - n, obj.size - 1
+    expected = f"bytes {first}-{last}/{obj.size}"
+    answer = client.get_object(Bucket=bucket, Key=obj.key, Range=f"bytes=-{n}")
+    body = answer["Body"].read()
+    if answer.get("ContentRange") == expected or (first == 0 and len(body) == obj.size and not answer.get("ContentRange")):
+        return body, 1
+    log.info(
+        "The S3 server answered the suffix range of %s with %r, not %r: reading bytes=%d-%d instead",
+        obj.key, answer.get("ContentRange"), expected, first, last,
+    )
+    answer = client.get_object(Bucket=bucket, Key=obj.key, Range=f"bytes={first}-{last}")
+    body = answer["Body"].read()
+    if answer.get("ContentRange", expected) != expected or len(body) != n:
+        raise ValueError(f"the server answered bytes={first}-{last} with {answer.get('ContentRange')!r}")
+    return body, 2
 
 
 class _TailFile(io.RawIOBase):
@@ -258,6 +326,7 @@ class S3Source:
             self._session = self.hook.get_session()
         return self._session
 
+    @quiet_loggers()
     def credentials(self) -> S3Credentials | None:
         """Frozen credentials for ClickHouse, masked in logs by the amazon provider; None when anonymous."""
         if self._credentials is False:

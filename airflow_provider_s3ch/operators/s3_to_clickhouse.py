@@ -15,9 +15,17 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 
-from airflow_provider_s3ch.core.glob import object_url
+from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
 from airflow_provider_s3ch.core.metrics import load_metrics, summary
-from airflow_provider_s3ch.core.models import ClusterNode, LoadPlan, LoadRequest, ServerProfile
+from airflow_provider_s3ch.core.models import (
+    Check,
+    ClusterNode,
+    LoadPlan,
+    LoadRequest,
+    Manifest,
+    ServerProfile,
+    TableInfo,
+)
 from airflow_provider_s3ch.core.plan import make_plan
 from airflow_provider_s3ch.core.recovery import (
     LoadSteps,
@@ -32,9 +40,11 @@ from airflow_provider_s3ch.core.recovery import (
     plan_steps,
     prepare_statements,
 )
-from airflow_provider_s3ch.core.sql import render_insert
-from airflow_provider_s3ch.errors import ClickHouseUnavailableError, provider_errors
+from airflow_provider_s3ch.core.schema import add_check, check_schema, sample_file, schema_reads, unchecked
+from airflow_provider_s3ch.core.sql import RenderedSQL, render_describe, render_insert, scrub
+from airflow_provider_s3ch.errors import ClickHouseQueryError, ClickHouseUnavailableError, provider_errors
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.columns import describe, table_columns
 from airflow_provider_s3ch.hooks.query_log import QueryLog
 from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
 
@@ -79,6 +89,13 @@ class S3ToClickHouseOperator(BaseOperator):
         failed try leaves the target untouched. (templated)
     :param earlier_try_timeout: seconds a retry waits for an earlier try's query that still
         runs on the server before it fails (it never starts a second load beside it).
+    :param schema_check: before loading (and in a dry run), compare the first file's columns, as the
+        server's schema inference sees them (or ``structure``'s), with the table's: ``strict``
+        (default): a table column the file lacks that has no DEFAULT (MATERIALIZED, ALIAS,
+        EPHEMERAL) expression, a file column the table lacks, or a nested type against a plain one
+        fails the task (:class:`SchemaError`);
+        ``ignore_extra``: the same, but file columns the table lacks are left out; ``warn``: report
+        the problems and load as the server would; ``off``: no check.
 
     Retries: the query id is ``s3ch-<stem>-try<N>``, the stem fixed per task instance and
     load configuration (a retry after the DAG's ``s3_uri``, table, mode, format, compression,
@@ -122,6 +139,7 @@ class S3ToClickHouseOperator(BaseOperator):
         dry_run: bool = False,
         mode: str = "append",
         earlier_try_timeout: float = DEFAULT_EARLIER_TRY_TIMEOUT,
+        schema_check: str = "strict",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -140,6 +158,7 @@ class S3ToClickHouseOperator(BaseOperator):
         self.dry_run = dry_run
         self.mode = mode
         self.earlier_try_timeout = earlier_try_timeout
+        self.schema_check = schema_check
         self._running: tuple[ClickHouseHook, list[str], Sequence[ClusterNode]] | None = None
 
     # ------------------------------------------------------------------ steps
@@ -159,6 +178,7 @@ class S3ToClickHouseOperator(BaseOperator):
                 cluster=self.cluster or None,
                 dry_run=self.dry_run,
                 mode=self.mode,
+                schema_check=self.schema_check,
             )
 
     def query_id(self, context: Context, request: LoadRequest | None = None) -> QueryId:
@@ -191,8 +211,10 @@ class S3ToClickHouseOperator(BaseOperator):
             with provider_errors():
                 profile = hook.get_profile(request.table, cluster=request.cluster)
                 url = object_url(request.bucket, request.key_pattern,
-                                 endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region)
+                                 endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
+                                 archive_syntax=archive_path_syntax(request.settings))
                 plan = make_plan(request, manifest, profile, source_url=url)
+                add_check(plan, self._check_schema(hook, source, request, plan, manifest, profile.table))
                 steps = plan_steps(request.mode, profile.table, query_id.stem)
                 rendered = render_insert(plan, source.credentials(), target=steps.staging)
             self._log_plan(plan, steps, rendered.redacted, profile)
@@ -206,7 +228,7 @@ class S3ToClickHouseOperator(BaseOperator):
             resume = self._resume(hook, queries, query_id, self.first_try(context), fan_out)
             attached_to = resume.query_ids[0] if resume.action == "attach" else None
             if attached_to is None:
-                self._insert(hook, queries, rendered.sql, query_id, profile.nodes if distributed else [], steps)
+                self._insert(hook, queries, rendered, query_id, profile.nodes if distributed else [], steps)
             entry = queries.entry(attached_to or str(query_id), fan_out)
             metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
                                    distributed=distributed, target_distributed=profile.table.is_distributed)
@@ -231,6 +253,30 @@ class S3ToClickHouseOperator(BaseOperator):
             for query_id in query_ids:
                 self.log.info("Killing query %s", query_id)
                 hook.kill_query(query_id, nodes)
+
+    def _check_schema(
+        self, hook: ClickHouseHook, source: S3Source, request: LoadRequest, plan: LoadPlan, manifest: Manifest,
+        table: TableInfo,
+    ) -> Check:
+        """The first file's columns (the server's schema inference) or the structure's against the target's."""
+        reads, sample = schema_reads(request.schema_check, plan.format, plan.structure), sample_file(plan, manifest)
+        if reads.skipped is not None or sample is None:
+            return reads.skipped or unchecked("every file is empty")
+        name, url = sample
+        try:
+            described = {
+                kind: describe(hook, render_describe(plan, source.credentials(), url=url, structure=kind == "structure",
+                                                     settings=request.settings))
+                for kind in ("file", "structure") if getattr(reads, kind)
+            }
+        except ClickHouseQueryError as exc:
+            why = scrub(str(exc).partition("; retrying")[0], source.credentials())
+            return unchecked(f"the server could not describe {name}: {why}")
+        return check_schema(
+            table_columns(hook, table), file=name, table=f"{table.database}.{table.name}", fmt=plan.format,
+            policy=request.schema_check, file_columns=described.get("file"),
+            structure_columns=described.get("structure"), settings=request.settings,
+        )
 
     # ------------------------------------------------------------------ retries and staging
     def _resume(
@@ -263,14 +309,14 @@ class S3ToClickHouseOperator(BaseOperator):
                 self.log.info("%s", step.note)
 
     def _insert(
-        self, hook: ClickHouseHook, queries: QueryLog, sql: str, query_id: QueryId, nodes: Sequence[ClusterNode],
-        steps: LoadSteps,
+        self, hook: ClickHouseHook, queries: QueryLog, rendered: RenderedSQL, query_id: QueryId,
+        nodes: Sequence[ClusterNode], steps: LoadSteps,
     ) -> None:
         if steps.staging is not None:
             self._run(hook, prepare_statements(steps, staging_exists=hook.table_comment(steps.staging) is not None))
         self._running = (hook, [str(query_id)], nodes)
         try:
-            hook.run_insert(sql, query_id=str(query_id), log=self.log)
+            hook.run_insert(rendered.sql, query_id=str(query_id), settings=rendered.settings, log=self.log)
         except ClickHouseUnavailableError:
             raise  # the server may still be running the load: leave the staging table to the retry
         except Exception:

@@ -200,3 +200,63 @@ def start_worker(stack: LocalStack, *, task_id: str, run_id: str, try_number: in
     return subprocess.Popen(
         [sys.executable, "-c", WORKER, payload], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
+
+
+class SuffixRangeProxy:
+    """An HTTP proxy to the local S3 server that answers suffix ranges (``Range: bytes=-N``) with the
+    object's *first* N bytes, as some S3 servers do (s3rver 3.7); every other request passes unchanged.
+
+    :param upstream: the S3 endpoint, ``http://127.0.0.1:PORT``.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        target = urlsplit(upstream)
+        self.suffix_requests = 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                import http.client
+                import re
+
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("connection", "host")}
+                suffix = re.fullmatch(r"bytes=-(\d+)", headers.get("Range", ""))
+                if suffix:
+                    proxy.suffix_requests += 1
+                    headers["Range"] = f"bytes=0-{int(suffix.group(1)) - 1}"
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+                conn.request(self.command, self.path, body=body, headers=headers)
+                answer = conn.getresponse()
+                data = answer.read()
+                self.send_response(answer.status)
+                for key, value in answer.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+                conn.close()
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def __enter__(self) -> SuffixRangeProxy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()

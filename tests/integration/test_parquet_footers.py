@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import logging
 
 import pyarrow.parquet as pq
 
@@ -11,6 +12,7 @@ from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.hooks.s3 import build_manifest
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import SampleDataset
+from tests.integration.faults import SuffixRangeProxy
 
 
 def test_footers_give_uncompressed_sizes(stack: LocalStack, posts: SampleDataset) -> None:
@@ -32,3 +34,25 @@ def test_footers_can_be_skipped(stack: LocalStack, posts: SampleDataset) -> None
     manifest = build_manifest(stack.s3_client(), LoadRequest(s3_uri=posts.s3_uri, table="t"), footer_sample=0)
     assert manifest.uncompressed_bytes is None and manifest.max_row_group_bytes is None
     assert manifest.list_calls == 2
+
+
+def test_footers_survive_a_server_that_answers_suffix_ranges_with_the_first_bytes(
+    stack: LocalStack, posts: SampleDataset, caplog
+) -> None:
+    import boto3
+
+    caplog.set_level(logging.INFO)
+    request = LoadRequest(s3_uri=posts.s3_uri, table="t")
+    direct = build_manifest(stack.s3_client(), request)
+    with SuffixRangeProxy(stack.s3_endpoint) as proxy:
+        client = boto3.client(
+            "s3", endpoint_url=proxy.url, aws_access_key_id=stack.s3_access_key,
+            aws_secret_access_key=stack.s3_secret_key, region_name=stack.region,
+        )
+        manifest = build_manifest(client, request)
+    assert proxy.suffix_requests == direct.footer_files > 0, "the footers were asked for with suffix ranges"
+    assert manifest.footer_files == direct.footer_files
+    assert manifest.uncompressed_bytes == direct.uncompressed_bytes
+    assert manifest.max_row_group_bytes == direct.max_row_group_bytes
+    assert manifest.list_calls == direct.list_calls + direct.footer_files  # one explicit range per footer
+    assert "answered the suffix range" in caplog.text

@@ -22,7 +22,7 @@ import pytest
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.formats import detect_compression
-from airflow_provider_s3ch.core.glob import expand_keys, glob_to_regex
+from airflow_provider_s3ch.core.glob import compile_glob, expand_keys, object_url
 from airflow_provider_s3ch.hooks.s3 import list_matching
 
 moto_server = pytest.importorskip("moto.server")
@@ -40,6 +40,8 @@ KEYS = [
     "m/2024-01-01/part-0.parquet", "m/2024-01-02/part-1.parquet", "m/2024-02-01/part-0.parquet",
     "u/\u00fcn\u00ef.csv", "u/ab.csv",
     "e/a,b.csv", "e/,a.csv", "e/{a,b.csv", "e/a}.csv",
+    "o/a b.csv", "o/a+b.csv", "o/a%20b.csv", "o/100%.csv", "o/100%25.csv", "o/h#sh.csv", "o/h", "o/q?m.csv",
+    "o/it's.csv", 'o/say "hi".csv', "o/\u65e5\u672c.csv", "o/c:d::e.csv", "o/a%2Fb.csv",
 ]  # fmt: skip
 
 PATTERNS = [
@@ -70,6 +72,10 @@ PATTERNS = [
     "a.csv", "p$q.csv", "nothing.csv", "{a,b,nothing}.csv", "x/{1}.csv",
     # matching nothing
     "nothing*.csv", "z/**",
+    # keys that need percent-encoding in the URL: literal in the s3_uri, decoded back by the server
+    "o/*", "o/a b.csv", "o/a%20b.csv", "o/100%.csv", "o/100%25.csv", "o/100%*", "o/h#sh.csv", "o/h#*", "o/h",
+    "o/q?m.csv", "o/it's.csv", 'o/say "hi".csv', "o/\u65e5*", "o/c:d::e.csv", "o/a%2Fb.csv", "o/{a b,a+b}.csv",
+    "o/*{%,#}*",
 ]  # fmt: skip
 
 
@@ -122,8 +128,9 @@ def _sql_string(text: str) -> str:
 
 
 def clickhouse_reads(chdb: ModuleType, endpoint: str, pattern: str, **settings: int) -> set[str]:
-    """The keys ClickHouse's ``s3()`` reads for the glob (each object holds one row)."""
-    url = f"{endpoint}/{BUCKET}/{pattern}"
+    """The keys ClickHouse's ``s3()`` reads for the literal glob (each object holds one row), through the
+    URL the operator builds (:func:`object_url`)."""
+    url = object_url(BUCKET, pattern, endpoint_url=endpoint, region=None)
     extra = "".join(f", {name} = {value}" for name, value in settings.items())
     sql = (
         f"SELECT DISTINCT _path FROM s3({_sql_string(url)}, 'testing', 'testing', 'CSV', 'a String', 'none') "
@@ -143,8 +150,8 @@ def test_list_matching_reads_what_clickhouse_reads(chdb: ModuleType, s3_endpoint
 @pytest.mark.parametrize("pattern", PATTERNS)
 def test_regex_agrees_with_clickhouse_on_every_key(chdb: ModuleType, s3_endpoint: str, pattern: str) -> None:
     expected = clickhouse_reads(chdb, s3_endpoint, pattern, s3_ignore_file_doesnt_exist=1)
-    regex = glob_to_regex(pattern)
-    assert {k for k in KEYS if regex.fullmatch(k)} == expected
+    glob = compile_glob(pattern)
+    assert {k for k in KEYS if glob.fullmatch(k)} == expected
 
 
 def test_patterns_exercise_both_outcomes(chdb: ModuleType, s3_endpoint: str) -> None:
@@ -164,7 +171,7 @@ def test_clickhouse_fails_on_a_missing_key_of_a_single_group(chdb: ModuleType, s
 def test_clickhouse_rejects_what_we_reject(chdb: ModuleType, s3_endpoint: str) -> None:
     for pattern in ("e/,{a,b}.csv", "e/}{a,b}.csv"):
         with pytest.raises(InvalidRequestError):
-            glob_to_regex(pattern)
+            compile_glob(pattern)
         with pytest.raises(Exception, match="Unexpected"):
             clickhouse_reads(chdb, s3_endpoint, pattern)
 

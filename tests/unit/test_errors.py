@@ -11,7 +11,7 @@ from airflow_provider_s3ch.core.errors import SERVER_ERRORS, classify_server_err
 
 
 @pytest.mark.parametrize("name", ["InvalidRequestError", "NoObjectsError", "FormatError", "TableError",
-                                  "RegionMismatchError", "PlanError"])
+                                  "RegionMismatchError", "PlanError", "SchemaError"])
 def test_core_errors_become_terminal_provider_errors(name: str) -> None:
     with pytest.raises(errors.S3chError) as info, errors.provider_errors():
         raise getattr(core, name)("the message")

@@ -66,3 +66,17 @@ def test_settings_validation() -> None:
 def test_bucket_and_pattern() -> None:
     r = LoadRequest.from_arguments(s3_uri="s3://bkt/a/b/*.parquet", table="db.t", memory_cap="1GiB")
     assert (r.bucket, r.key_pattern, r.memory_cap) == ("bkt", "a/b/*.parquet", 1024**3)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [({"memory_cap": 10**30}, "memory_cap"), ({"memory_cap": "9000000TiB"}, "memory_cap"),
+     ({"settings": {"max_threads": 10**40}}, "max_threads"), ({"settings": {"max_threads": -(2**64)}}, "max_threads"),
+     ({"settings": {"max_block_size": float("inf")}}, "max_block_size"),
+     ({"settings": {"max_block_size": 1e30}}, "max_block_size")],
+)
+def test_numbers_out_of_range_are_refused_before_the_load(kwargs: dict, named: str) -> None:
+    with pytest.raises(InvalidRequestError, match=named) as info:
+        LoadRequest.from_arguments(s3_uri="s3://b/x/*.csv", table="t", **kwargs)
+    assert "range" in str(info.value) or "8 EiB" in str(info.value)
+    assert LoadRequest.from_arguments(s3_uri="s3://b/x", table="t", settings={"max_threads": 2**64 - 1}).settings

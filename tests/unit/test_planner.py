@@ -527,3 +527,22 @@ def test_distributed_load_does_not_force_foreground_insert() -> None:
     p = plan(request(strategy="distributed"), manifest(files=12), profile(nodes=3, tbl=distributed_table()))
     assert p.strategy == "distributed"
     assert "distributed_foreground_insert" not in p.settings.values
+
+
+def test_a_cap_above_the_server_memory_warns() -> None:
+    p = plan(request(memory_cap="64GiB"), manifest(), profile(memory=32 * GiB))
+    assert any("above the server's memory" in w and "memory_cap" in w for w in p.warnings)
+    assert not any("above the server's memory" in w for w in plan(request(memory_cap="8GiB"), manifest(),
+                                                                   profile(memory=32 * GiB)).warnings)
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9000/b/*.parquet", "https://minio.example.com/b/x.parquet",
+                                 "https://acc.r2.cloudflarestorage.com/b/x.parquet"])
+def test_region_check_cannot_judge_other_s3_servers(url: str) -> None:
+    req = request(region_check="fail")
+    p = make_plan(req, manifest(region="us-east-1"), profile(region="eu-west-3"), source_url=url)
+    (region,) = [c for c in p.checks if c.name == "region"]
+    assert region.status == "skipped" and "not AWS" in region.message
+    with pytest.raises(RegionMismatchError):
+        make_plan(req, manifest(region="us-east-1"), profile(region="eu-west-3"),
+                  source_url="https://b.s3.us-east-1.amazonaws.com/x.parquet")

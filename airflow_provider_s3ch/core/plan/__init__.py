@@ -81,7 +81,7 @@ def make_plan(request: LoadRequest, manifest: Manifest, profile: ServerProfile, 
     :raises RegionMismatchError: regions differ and ``region_check="fail"``.
     """
     warnings: list[str] = []
-    region = region_check(request, manifest, profile)
+    region = region_check(request, manifest, profile, source_url)
     if region.status == "warn":
         warnings.append(region.message)
 

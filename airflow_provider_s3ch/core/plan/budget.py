@@ -54,6 +54,12 @@ def memory_budget(request: LoadRequest, profile: ServerProfile, nodes: int) -> B
             )
         else:
             reason = f"memory_cap {fmt_bytes(request.memory_cap)}"
+        if 0 < profile.memory_bytes < per_node:
+            warning = (
+                f"memory_cap {fmt_bytes(request.memory_cap)} gives {fmt_bytes(per_node)} per node, above the server's "
+                f"memory {fmt_bytes(profile.memory_bytes)} ({profile.memory_source}): the server's own limit stops "
+                "the load first; lower memory_cap to what the load may really use"
+            )
     elif profile.memory_bytes > 0:
         per_node = int(profile.memory_bytes * DEFAULT_MEMORY_SHARE)
         reason = (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from airflow_provider_s3ch.core.errors import RegionMismatchError
 from airflow_provider_s3ch.core.formats import NAMELESS_FORMATS
 from airflow_provider_s3ch.core.models import Check, LoadRequest, Manifest, ServerProfile
@@ -9,18 +11,34 @@ from airflow_provider_s3ch.core.plan.budget import Budget
 from airflow_provider_s3ch.core.plan.settings import ROW_GROUP_MEMORY_FACTOR
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 
+#: Hosts of AWS S3 endpoints (regional, dual-stack, FIPS, VPC endpoints, China).
+AWS_S3_HOST_SUFFIXES = (".amazonaws.com", ".amazonaws.com.cn")
 
-def region_check(request: LoadRequest, manifest: Manifest, profile: ServerProfile) -> Check:
+
+def region_check(request: LoadRequest, manifest: Manifest, profile: ServerProfile, source_url: str = "") -> Check:
     """Compare the bucket's region with the server's, under ``request.region_check``.
+
+    Only AWS's answer to GetBucketLocation can be judged: other S3 servers (MinIO, Ceph, R2,
+    s3rver...) answer an empty or fixed location whatever the bucket's place, so on an endpoint
+    that is not AWS the check says it cannot judge.
 
     :param request: the request (its ``region_check``: warn, fail or off).
     :param manifest: the objects (the bucket's region).
     :param profile: the server (its region, from the connection extra ``region``).
+    :param source_url: the URL ClickHouse reads (its host tells AWS from other S3 servers).
     :return: the check; status warn carries the warning text.
     :raises RegionMismatchError: the regions differ and the policy is ``fail``.
     """
     if request.region_check == "off":
         return Check(name="region", status="skipped", message="region_check='off'")
+    host = urlsplit(source_url).hostname or ""
+    if source_url and not host.endswith(AWS_S3_HOST_SUFFIXES):
+        return Check(
+            name="region",
+            status="skipped",
+            message=f"the S3 endpoint {host} is not AWS: its bucket locations cannot be judged, so the region "
+            "check cannot tell where the data is",
+        )
     if profile.region is None:
         return Check(
             name="region",
