@@ -176,3 +176,14 @@ def test_a_type_error_fails_without_retrying_and_leaves_the_target(stack: LocalS
     assert "abc" in str(info.value) or "UInt64" in str(info.value), info.value
     assert client.execute("SELECT id, name FROM default.typed") == [(1, "kept")]
     assert client.execute("SELECT count() FROM system.tables WHERE name LIKE '_s3ch_stage_%'")[0][0] == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [({"memory_cap": 10**30}, "memory_cap"), ({"settings": {"max_threads": 10**40}}, "max_threads"),
+     ({"settings": {"max_block_size": 1e300}}, "max_block_size")],
+)
+def test_numbers_out_of_range_fail_before_the_server_sees_them(stack, posts, guarded, kwargs, named) -> None:
+    """Unbounded, they reached the server and failed with a retryable error that named nothing."""
+    exc = _fails(stack, guarded, InvalidRequestError, named, s3_uri=posts.s3_uri, **kwargs)
+    assert isinstance(exc, AirflowFailException) and ("range" in str(exc) or "8 EiB" in str(exc))
