@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
 
 from airflow_provider_s3ch.core import errors as core
 
@@ -82,6 +82,10 @@ class ClickHouseUnavailableError(S3chTransientError):
     """ClickHouse did not answer; the task's retries apply."""
 
 
+class S3UnavailableError(S3chTransientError):
+    """S3 did not answer, or answered with a server error (throttling, 5xx); the task's retries apply."""
+
+
 class LoadError(S3chTransientError):
     """The server-side insert failed in a way a retry may get past (overload, timeouts, S3 hiccups)."""
 
@@ -109,10 +113,15 @@ def from_core(exc: core.CoreError) -> S3chError:
 
 @contextlib.contextmanager
 def provider_errors() -> Iterator[None]:
-    """Re-raise the core's exceptions as the provider's Airflow errors."""
+    """Re-raise the core's exceptions, and a connection Airflow does not know, as the provider's errors."""
     try:
         yield
     except S3chError:
         raise
     except core.CoreError as exc:
         raise from_core(exc) from exc
+    except AirflowNotFoundException as exc:
+        raise InvalidRequestError(
+            f"{exc}; define the connection (Airflow's UI, an AIRFLOW_CONN_<ID> variable or a secrets backend) or "
+            "fix the operator's clickhouse_conn_id / aws_conn_id"
+        ) from exc

@@ -68,6 +68,10 @@ NAMELESS_FORMATS = frozenset(
         "RowBinary",
         "Template",
         "Regexp",
+        "LineAsString",
+        "RawBLOB",
+        "JSONAsString",
+        "JSONAsObject",
     )
 )
 

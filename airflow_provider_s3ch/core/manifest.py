@@ -31,6 +31,9 @@ FOOTER_SAMPLE = 4
 #: the whole footer, so one ranged GET per file is the common case.
 FOOTER_PROBE_BYTES = 64 * 1024
 
+#: A footer claiming more is not read (a corrupt or hostile file must not fill the worker's memory).
+MAX_FOOTER_BYTES = 16 * 1024 * 1024
+
 
 class Listing:
     """The objects a key glob selects, as ClickHouse's ``s3()`` selects them, and a few others.

@@ -26,6 +26,16 @@ SettingValue = int | float | str
 #: outside Int64 .. UInt64 fails on the server with a message that names no setting.
 SETTING_MIN, SETTING_MAX = -(2**63), 2**64 - 1
 
+#: The settings that keep a query in ``system.query_log``, where a retry finds an earlier try and the
+#: figures come from: pinned in the protocol for every load (over the server's profile), and refused in
+#: ``settings`` (a load out of the log would be inserted again by its retry).
+QUERY_LOG_SETTINGS: dict[str, int | float | str] = {
+    "log_queries": 1,
+    "log_queries_min_type": "QUERY_START",
+    "log_queries_min_query_duration_ms": 0,
+    "log_queries_probability": 1.0,
+}
+
 #: Setting names ClickHouse accepts (and the only ones rendered unquoted).
 SETTING_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _FORMAT_RE = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
@@ -154,6 +164,12 @@ class LoadRequest(BaseModel):
             if not isinstance(value, int | float | str):
                 raise InvalidRequestError(
                     f"settings: {name}={value!r} must be a number or a string, not {type(value).__name__}"
+                )
+            if name in QUERY_LOG_SETTINGS:
+                raise InvalidRequestError(
+                    f"settings: {name}={value!r} is not for a load to set: the load must be in system.query_log, "
+                    "where its retries find it (else a retry inserts the files again) and its figures come from; "
+                    "remove it"
                 )
             if isinstance(value, int | float) and not (
                 math.isfinite(value) and SETTING_MIN <= value <= SETTING_MAX

@@ -17,7 +17,14 @@ import math
 from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
-from airflow_provider_s3ch.core.models import SETTING_NAME_RE, LoadPlan, S3Credentials, SettingValue, TableRef
+from airflow_provider_s3ch.core.models import (
+    QUERY_LOG_SETTINGS,
+    SETTING_NAME_RE,
+    LoadPlan,
+    S3Credentials,
+    SettingValue,
+    TableRef,
+)
 
 #: What replaces the secret access key and the session token in the redacted SQL.
 REDACTED = "[redacted]"
@@ -57,17 +64,17 @@ PARSER_FLOORS: dict[str, int] = {"max_parser_depth": 1000, "max_parser_backtrack
 def parseable(settings: dict[str, SettingValue], statement_bytes: int) -> dict[str, SettingValue]:
     """``settings`` with those that govern parsing set so that a statement of ``statement_bytes`` parses.
 
-    ``max_query_size`` is raised to the statement's length when the statement is longer than the limit in
-    force (a huge ``structure`` or glob); ``max_parser_depth`` and ``max_parser_backtracks`` are kept at
-    least at ClickHouse's defaults; ``dialect`` stays ``clickhouse``.
+    ``max_query_size`` is set (whatever the server's profile says) and raised to the statement's length
+    when the statement is longer than the default (a huge ``structure`` or glob); ``max_parser_depth``
+    and ``max_parser_backtracks`` are kept at least at ClickHouse's defaults; ``dialect`` stays
+    ``clickhouse``.
     """
     floors = {"max_query_size": max(statement_bytes, DEFAULT_MAX_QUERY_SIZE), **PARSER_FLOORS}
     for name, floor in floors.items():
         value = settings.get(name)
         if value is not None and not (isinstance(value, int) and value >= floor):
             settings[name] = floor
-    if statement_bytes > DEFAULT_MAX_QUERY_SIZE and "max_query_size" not in settings:
-        settings["max_query_size"] = statement_bytes
+    settings.setdefault("max_query_size", max(statement_bytes, DEFAULT_MAX_QUERY_SIZE))
     if "dialect" in settings:
         settings["dialect"] = "clickhouse"
     return settings
@@ -283,9 +290,8 @@ def render_insert(plan: LoadPlan, credentials: S3Credentials | None, *, target: 
         return f"INSERT INTO {table} SELECT * FROM {source}{' ' + settings if settings else ''}"
 
     sql = statement(False)
-    return RenderedSQL(
-        sql=sql, settings=parseable({}, len(sql.encode()) + 1), redacted=scrub(statement(True), credentials)
-    )
+    sent = parseable(dict(QUERY_LOG_SETTINGS), len(sql.encode()) + 1)
+    return RenderedSQL(sql=sql, settings=sent, redacted=scrub(statement(True), credentials))
 
 
 def scrub(text: str, credentials: S3Credentials | None) -> str:
@@ -309,7 +315,7 @@ def scrub(text: str, credentials: S3Credentials | None) -> str:
 
 
 # ---------------------------------------------------------------------- staging and partitions
-# Statements for the staging table that retry-safe modes load into (see modes.py).
+# Statements for the staging table that retry-safe modes load into (see recovery.py).
 
 
 def render_create_staging(staging: TableRef, target: TableRef) -> str:

@@ -19,7 +19,7 @@ def table_columns(hook: ClickHouseHook, table: TableInfo) -> list[Column]:
 
 def describe(hook: ClickHouseHook, statement: RenderedSQL) -> list[Column]:
     """Run a ``DESCRIBE TABLE s3(…)``: the statement holds S3 credentials, so clickhouse-driver's logger
-    is held back and only the redacted copy is ever logged."""
+    is held back (the operator logs nothing of it)."""
     with quiet_loggers("clickhouse_driver"):
         rows = hook.execute(statement.sql, settings=statement.settings)
     return [Column(name=str(row[0]), type=str(row[1])) for row in rows]

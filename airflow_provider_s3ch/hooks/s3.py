@@ -20,16 +20,12 @@ from typing import Any
 
 import boto3.session
 from botocore.client import BaseClient
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
 from airflow_provider_s3ch.core import manifest as policy
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Credentials, S3Object
-from airflow_provider_s3ch.errors import BucketError, provider_errors
+from airflow_provider_s3ch.errors import BucketError, S3chError, S3UnavailableError, provider_errors
 from airflow_provider_s3ch.hooks.quiet import quiet_loggers
-
-#: Bytes fetched from the end of a file in the first GET: the 8-byte trailer and, usually,
-#: the whole footer, so one ranged GET per file is the common case.
-FOOTER_PROBE_BYTES = 64 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -46,14 +42,26 @@ def _list_pages(client: BaseClient, bucket: str, prefix: str) -> Iterator[list[d
 
 
 def _call(method: Any, bucket: str, action: str, prefix: str = "", **kwargs: Any) -> dict[str, Any]:
-    """Run one S3 call, turning a missing bucket or a refusal into :class:`BucketError`."""
+    """Run one S3 call, turning a missing bucket or a refusal into :class:`BucketError`, and a server
+    or a network that fails into :class:`S3UnavailableError`."""
     try:
         return method(**kwargs)
     except ClientError as exc:
         raise _bucket_error(exc, bucket, action, prefix) from exc
+    except BotoCoreError as exc:
+        raise _botocore_error(exc) from exc
+
+
+def _botocore_error(exc: BotoCoreError) -> S3chError:
+    """No usable credentials is terminal; a connection or a read that fails is transient."""
+    if isinstance(exc, NoCredentialsError | PartialCredentialsError):
+        return BucketError(f"the aws connection yields no usable S3 credentials ({exc}); fix its keys or role")
+    return S3UnavailableError(f"S3 did not answer ({exc}); check the endpoint, the network and that S3 runs")
 
 
 _DENIED = frozenset({"AccessDenied", "403", "AllAccessDisabled", "InvalidAccessKeyId", "SignatureDoesNotMatch"})
+#: S3-compatible servers that do not implement GetBucketLocation: the region is then unknown.
+_UNSUPPORTED = frozenset({"NotImplemented", "501", "MethodNotAllowed", "405"})
 
 
 def _error_code(exc: ClientError) -> str:
@@ -62,8 +70,9 @@ def _error_code(exc: ClientError) -> str:
     return str(err.get("Code") or status or "")
 
 
-def _bucket_error(exc: ClientError, bucket: str, action: str, prefix: str) -> Exception:
-    """The terminal error for a ClientError, or the ClientError itself when it may be transient.
+def _bucket_error(exc: ClientError, bucket: str, action: str, prefix: str) -> S3chError:
+    """The terminal error for a missing bucket or a refusal; :class:`S3UnavailableError` for the rest
+    (throttling, server errors: a retry may pass).
 
     :param action: ``list`` (ListObjectsV2 of ``prefix``), ``read`` (GetBucketLocation) or ``head``
         (HeadObject of the key ``prefix``).
@@ -86,7 +95,8 @@ def _bucket_error(exc: ClientError, bucket: str, action: str, prefix: str) -> Ex
             f"access denied ({code}) to {action} {where}; give the aws connection {permission} "
             f"on arn:aws:s3:::{bucket} and check its keys"
         )
-    return exc
+    message = exc.response.get("Error", {}).get("Message") or exc
+    return S3UnavailableError(f"S3 answered the {action} of s3://{bucket}/{prefix} with {code}: {message}")
 
 
 def _head(client: BaseClient, bucket: str, key: str) -> dict[str, Any] | None:
@@ -97,6 +107,8 @@ def _head(client: BaseClient, bucket: str, key: str) -> dict[str, Any] | None:
         if _error_code(exc) in ("404", "NoSuchKey", "NotFound"):
             return None
         raise _bucket_error(exc, bucket, "head", key) from exc
+    except BotoCoreError as exc:
+        raise _botocore_error(exc) from exc
 
 
 @quiet_loggers()
@@ -134,7 +146,6 @@ def bucket_region(client: BaseClient, bucket: str) -> str:
     if not location:
         return "us-east-1"
     return "eu-west-1" if location == "EU" else str(location)
-
 
 
 @quiet_loggers()
@@ -188,7 +199,7 @@ def parquet_footer_stats(
 ) -> policy.FooterStats:
     """Read the footers of the ``sample`` largest Parquet files: uncompressed sizes, cheaply.
 
-    One ranged GET of the last :data:`FOOTER_PROBE_BYTES` per file (a second one when the
+    One ranged GET of the last :data:`policy.FOOTER_PROBE_BYTES` per file (a second one when the
     footer is bigger). Needs ``pyarrow`` to parse the footer; without it, or when a read
     fails, the planner falls back to its expansion factors.
 
@@ -205,14 +216,14 @@ def parquet_footer_stats(
     sampled: list[tuple[int, list[int]]] = []
     for obj in policy.footer_sample(objects, sample):
         try:
-            tail, n = _tail(client, bucket, obj, min(obj.size, FOOTER_PROBE_BYTES))
+            tail, n = _tail(client, bucket, obj, min(obj.size, policy.FOOTER_PROBE_BYTES))
             calls += n
             if len(tail) < 8 or tail[-4:] != b"PAR1":
                 log.info("Parquet footer of %s skipped: the file does not end with PAR1", obj.key)
                 continue
             footer_len = int.from_bytes(tail[-8:-4], "little")
             if footer_len + 8 > len(tail):
-                if footer_len + 8 > obj.size:
+                if footer_len + 8 > min(obj.size, policy.MAX_FOOTER_BYTES):
                     log.info("Parquet footer of %s skipped: it claims %d bytes", obj.key, footer_len)
                     continue
                 tail, n = _tail(client, bucket, obj, footer_len + 8)
@@ -291,13 +302,11 @@ def _region_or_none(client: BaseClient, bucket: str) -> tuple[str | None, int]:
     """
     try:
         return bucket_region(client, bucket), 1
-    except BucketError as exc:
+    except (BucketError, S3UnavailableError) as exc:
         cause = exc.__cause__
-        if isinstance(cause, ClientError) and _error_code(cause) in _DENIED:
+        if isinstance(cause, ClientError) and _error_code(cause) in _DENIED | _UNSUPPORTED:
             return None, 1
         raise
-
-
 
 
 class S3Source:

@@ -42,7 +42,7 @@ from airflow_provider_s3ch.core.recovery import (
 )
 from airflow_provider_s3ch.core.schema import add_check, check_schema, sample_file, schema_reads, unchecked
 from airflow_provider_s3ch.core.sql import RenderedSQL, render_describe, render_insert, scrub
-from airflow_provider_s3ch.errors import ClickHouseQueryError, ClickHouseUnavailableError, provider_errors
+from airflow_provider_s3ch.errors import ClickHouseQueryError, ClickHouseUnavailableError, LoadError, provider_errors
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.columns import describe, table_columns
 from airflow_provider_s3ch.hooks.query_log import QueryLog
@@ -198,6 +198,11 @@ class S3ToClickHouseOperator(BaseOperator):
         return first_try_of_series(int(ti.try_number), max_tries, retries)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        """Load, every error the provider's (:class:`~airflow_provider_s3ch.errors.S3chError`)."""
+        with provider_errors():
+            return self._load(context)
+
+    def _load(self, context: Context) -> dict[str, Any]:
         started = time.monotonic()
         request = self.build_request()
         query_id = self.query_id(context, request)
@@ -208,15 +213,14 @@ class S3ToClickHouseOperator(BaseOperator):
                       manifest.region)
         hook = ClickHouseHook(self.clickhouse_conn_id)
         try:
-            with provider_errors():
-                profile = hook.get_profile(request.table, cluster=request.cluster)
-                url = object_url(request.bucket, request.key_pattern,
-                                 endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
-                                 archive_syntax=archive_path_syntax(request.settings))
-                plan = make_plan(request, manifest, profile, source_url=url)
-                add_check(plan, self._check_schema(hook, source, request, plan, manifest, profile.table))
-                steps = plan_steps(request.mode, profile.table, query_id.stem)
-                rendered = render_insert(plan, source.credentials(), target=steps.staging)
+            profile = hook.get_profile(request.table, cluster=request.cluster)
+            url = object_url(request.bucket, request.key_pattern,
+                             endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
+                             archive_syntax=archive_path_syntax(request.settings))
+            plan = make_plan(request, manifest, profile, source_url=url)
+            add_check(plan, self._check_schema(hook, source, request, plan, manifest, profile.table))
+            steps = plan_steps(request.mode, profile.table, query_id.stem)
+            rendered = render_insert(plan, source.credentials(), target=steps.staging)
             self._log_plan(plan, steps, rendered.redacted, profile)
             if request.dry_run:
                 return {"dry_run": True, "query_id": str(query_id), "sql": rendered.redacted,
@@ -269,7 +273,7 @@ class S3ToClickHouseOperator(BaseOperator):
                                                      settings=request.settings))
                 for kind in ("file", "structure") if getattr(reads, kind)
             }
-        except ClickHouseQueryError as exc:
+        except (ClickHouseQueryError, LoadError) as exc:  # the load itself may still work: it says so
             why = scrub(str(exc).partition("; retrying")[0], source.credentials())
             return unchecked(f"the server could not describe {name}: {why}")
         return check_schema(
@@ -320,10 +324,11 @@ class S3ToClickHouseOperator(BaseOperator):
         except ClickHouseUnavailableError:
             raise  # the server may still be running the load: leave the staging table to the retry
         except Exception:
-            if steps.staging is not None and not queries.running_queries([str(query_id)], nodes):
+            if steps.staging is not None:
                 try:
-                    self._run(hook, abandon_statements(steps))
-                except Exception as exc:  # noqa: BLE001 - best effort; the next try drops it too
+                    if not queries.running_queries([str(query_id)], nodes):
+                        self._run(hook, abandon_statements(steps))
+                except Exception as exc:  # noqa: BLE001 - best effort, the load's own error goes on; the next try drops it
                     self.log.warning("Could not drop staging table %s: %s", steps.staging, exc)
             raise
         finally:

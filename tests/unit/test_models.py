@@ -80,3 +80,10 @@ def test_numbers_out_of_range_are_refused_before_the_load(kwargs: dict, named: s
         LoadRequest.from_arguments(s3_uri="s3://b/x/*.csv", table="t", **kwargs)
     assert "range" in str(info.value) or "8 EiB" in str(info.value)
     assert LoadRequest.from_arguments(s3_uri="s3://b/x", table="t", settings={"max_threads": 2**64 - 1}).settings
+
+
+@pytest.mark.parametrize("name", ["log_queries", "log_queries_min_type", "log_queries_min_query_duration_ms",
+                                  "log_queries_probability"])
+def test_settings_that_would_keep_the_load_out_of_query_log_are_refused(name: str) -> None:
+    with pytest.raises(InvalidRequestError, match=f"{name}=.*system.query_log"):
+        LoadRequest.from_arguments(s3_uri="s3://b/x", table="t", settings={name: 0})

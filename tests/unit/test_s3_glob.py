@@ -6,6 +6,7 @@ Agreement with the real ClickHouse engine is proved in tests/integration/test_s3
 from __future__ import annotations
 
 import pytest
+from airflow.sdk.exceptions import AirflowFailException
 from botocore.exceptions import ClientError
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, NoObjectsError
@@ -26,7 +27,7 @@ from airflow_provider_s3ch.core.glob import (
 )
 from airflow_provider_s3ch.core.manifest import Listing, check_listing
 from airflow_provider_s3ch.core.models import LoadRequest
-from airflow_provider_s3ch.errors import BucketError
+from airflow_provider_s3ch.errors import BucketError, S3chTransientError, S3UnavailableError
 from airflow_provider_s3ch.hooks.s3 import _bucket_error
 
 
@@ -500,8 +501,9 @@ def test_no_such_bucket() -> None:
 
 
 def test_other_errors_stay_transient() -> None:
-    exc = _client_error("SlowDown", 503)
-    assert _bucket_error(exc, "b", "list", "") is exc
+    err = _bucket_error(_client_error("SlowDown", 503), "b", "list", "")
+    assert isinstance(err, S3UnavailableError) and isinstance(err, S3chTransientError) and "SlowDown" in str(err)
+    assert not isinstance(err, AirflowFailException)
 
 
 def test_head_denied_names_get_object() -> None:

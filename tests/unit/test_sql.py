@@ -1,4 +1,4 @@
-"""Unit tests for :mod:`airflow_provider_s3ch.sql` (pure: no server)."""
+"""Unit tests for :mod:`airflow_provider_s3ch.core.sql` (pure: no server)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
-from airflow_provider_s3ch.core.models import InsertSettings, LoadPlan, S3Credentials, TableRef
+from airflow_provider_s3ch.core.models import QUERY_LOG_SETTINGS, InsertSettings, LoadPlan, S3Credentials, TableRef
 from airflow_provider_s3ch.core.sql import (
     RenderedSQL,
     parseable,
@@ -181,7 +181,7 @@ def test_insert_single_node() -> None:
         f"INSERT INTO `db`.`events` SELECT * FROM s3('{URL}', '{KEY_ID}', '{SECRET}', 'Parquet') "
         "SETTINGS max_insert_threads = 4, min_insert_block_size_rows = 0"
     )
-    assert rendered.settings == {}  # the planner's own settings stay in the statement
+    assert rendered.settings == {**QUERY_LOG_SETTINGS, "max_query_size": 262_144}  # the rest: in the statement
 
 
 def test_insert_distributed_uses_s3cluster() -> None:
@@ -284,13 +284,13 @@ def test_a_statement_longer_than_max_query_size_still_parses() -> None:
     """A statement over max_query_size fails to parse and is logged raw: credentials included. The limit
     that parsing obeys travels in the protocol (settings in the SETTINGS clause apply after parsing)."""
     short = render_insert(plan(), creds(token=TOKEN))
-    assert short.settings == {}
+    assert short.settings["max_query_size"] == 262_144  # whatever the server's profile says
     huge = render_insert(plan(settings=InsertSettings(values={"log_comment": "x" * 300_000})), creds(token=TOKEN))
-    assert huge.settings == {"max_query_size": len(huge.sql.encode()) + 1} and len(huge.sql) > 300_000
+    assert huge.settings["max_query_size"] == len(huge.sql.encode()) + 1 and len(huge.sql) > 300_000
     wide = render_insert(plan(format="CSV", structure=", ".join(f"c{i} UInt8" for i in range(30_000))), creds())
     assert wide.settings["max_query_size"] == len(wide.sql.encode()) + 1
     tiny = render_insert(plan(settings=InsertSettings(values={"max_query_size": 10})), creds())
-    assert tiny.settings == {} and tiny.sql.endswith("SETTINGS max_query_size = 10")  # applies after parsing
+    assert tiny.settings["max_query_size"] == 262_144 and tiny.sql.endswith("SETTINGS max_query_size = 10")
     for r in (short, huge, wide, tiny):
         assert SECRET not in r.redacted and TOKEN not in r.redacted
 
@@ -300,4 +300,5 @@ def test_parseable_keeps_what_decides_parsing_where_a_statement_parses() -> None
                       "max_threads": 2}, 300_000)
     assert sent == {"max_parser_depth": 1000, "max_parser_backtracks": 1_000_000, "dialect": "clickhouse",
                     "max_query_size": 300_000, "max_threads": 2}
-    assert parseable({}, 100) == {} and parseable({"max_query_size": 500_000}, 300_000)["max_query_size"] == 500_000
+    assert parseable({}, 100) == {"max_query_size": 262_144}
+    assert parseable({"max_query_size": 500_000}, 300_000)["max_query_size"] == 500_000

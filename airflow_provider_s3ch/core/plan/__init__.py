@@ -1,9 +1,9 @@
 """Pure load planning: strategy, insert settings and pre-flight checks.
 
-:func:`make_plan` turns a validated :class:`~airflow_provider_s3ch.models.LoadRequest`,
-the :class:`~airflow_provider_s3ch.models.Manifest` of the objects to load and the
-:class:`~airflow_provider_s3ch.models.ServerProfile` of the ClickHouse side into a
-:class:`~airflow_provider_s3ch.models.LoadPlan`. No I/O, no network, no Airflow objects
+:func:`make_plan` turns a validated :class:`~airflow_provider_s3ch.core.models.LoadRequest`,
+the :class:`~airflow_provider_s3ch.core.models.Manifest` of the objects to load and the
+:class:`~airflow_provider_s3ch.core.models.ServerProfile` of the ClickHouse side into a
+:class:`~airflow_provider_s3ch.core.models.LoadPlan`. No I/O, no network, no Airflow objects
 beyond the error classes: every decision is a function of its arguments, so every
 decision can be unit-tested.
 
