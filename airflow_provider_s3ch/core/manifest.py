@@ -157,18 +157,14 @@ def wants_footers(fmt: str, compression: str | None) -> bool:
     return fmt.lower() == "parquet" and not is_compressed(compression)
 
 
-def make_manifest(
-    request: LoadRequest, listing: Listing, *, region: str | None, calls: int, footers: FooterStats | None = None
-) -> Manifest:
-    """The manifest of a checked listing (see :func:`check_listing`).
+def make_manifest(request: LoadRequest, listing: Listing, *, region: str | None, calls: int) -> Manifest:
+    """The manifest of a checked listing (see :func:`check_listing`); footers come after (:func:`with_footers`).
 
     :param request: the request (format and compression given by the user win).
     :param listing: the listed keys.
     :param region: the bucket's region, None when unknown.
-    :param calls: S3 calls besides listing and footers (the location).
-    :param footers: the Parquet footer figures, if read.
+    :param calls: S3 calls besides the listing (the location).
     """
-    footers = footers or FooterStats()
     objects = listing.objects
     return Manifest(
         bucket=request.bucket,
@@ -178,10 +174,19 @@ def make_manifest(
         format=request.format or single_format(objects),
         compression=request.compression or single_compression(objects),
         region=region,
-        list_calls=calls + listing.calls + footers.calls,
-        uncompressed_bytes=footers.uncompressed_bytes,
-        max_row_group_bytes=footers.max_row_group_bytes,
-        footer_files=footers.files,
+        list_calls=calls + listing.calls,
+    )
+
+
+def with_footers(manifest: Manifest, footers: FooterStats) -> Manifest:
+    """The manifest with what the Parquet footers said, and the calls reading them took."""
+    return manifest.model_copy(
+        update={
+            "list_calls": manifest.list_calls + footers.calls,
+            "uncompressed_bytes": footers.uncompressed_bytes,
+            "max_row_group_bytes": footers.max_row_group_bytes,
+            "footer_files": footers.files,
+        }
     )
 
 

@@ -23,7 +23,7 @@ import hashlib
 import json
 import re
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import Literal, NamedTuple, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -45,7 +45,7 @@ STAGING_PREFIX = "_s3ch_stage_"
 #: ``EXCHANGE TABLES`` the target carries it, which tells a retry the swap happened.
 STAGING_MARKER = "s3ch staging table of "
 
-MODES: tuple[str, ...] = ("append", "replace_partitions", "overwrite")
+MODES: tuple[str, ...] = get_args(Mode)
 
 #: Database engines without an atomic ``EXCHANGE TABLES``.
 _NO_EXCHANGE_ENGINES = {"Ordinary", "Memory", "Lazy", "MySQL", "PostgreSQL", "SQLite"}

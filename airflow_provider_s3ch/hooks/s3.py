@@ -170,12 +170,12 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
         region, calls = _region_or_none(client, request.bucket)
         _fill(client, request.bucket, listing)
         policy.check_listing(request, listing)
-        fmt = request.format or policy.single_format(listing.objects)
-        compression = request.compression or policy.single_compression(listing.objects)
-        footers = None
-        if footer_sample and listing.member is None and policy.wants_footers(fmt, compression):
-            footers = parquet_footer_stats(client, request.bucket, listing.objects, sample=footer_sample)
-        return policy.make_manifest(request, listing, region=region, calls=calls, footers=footers)
+        manifest = policy.make_manifest(request, listing, region=region, calls=calls)
+        if footer_sample and listing.member is None and policy.wants_footers(manifest.format, manifest.compression):
+            manifest = policy.with_footers(
+                manifest, parquet_footer_stats(client, request.bucket, manifest.objects, sample=footer_sample)
+            )
+        return manifest
 
 
 def _scan(client: BaseClient, bucket: str, pattern: str) -> policy.Listing:
