@@ -22,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Literal, NamedTuple, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -270,7 +270,11 @@ def plan_steps(mode: str, table: TableInfo, stem: str) -> LoadSteps:
         )
     finalize, reason = _REPLACING[mode]
     return LoadSteps(
-        mode=mode, target=target, staging=staging_table(table, stem), finalize=finalize, reason=reason,
+        mode=mode,
+        target=target,
+        staging=staging_table(table, stem),
+        finalize=finalize,
+        reason=reason,
         warnings=warnings,
     )
 
@@ -324,6 +328,20 @@ def first_try_of_series(try_number: int, max_tries: int | None, retries: int | N
     return max(1, min(try_number, max_tries - retries + 1))
 
 
+def _name_tries(tries: Iterable[EarlierTry]) -> str:
+    """Name earlier tries' queries in a reason, short whatever their number.
+
+    One or two are named in full; more are counted, with the first and the latest named
+    (by try number): ``"12 queries, first s3ch-<stem>-try1, latest s3ch-<stem>-try12"``.
+
+    :param tries: the tries (any order; several entries of one query count once).
+    """
+    ids = list(dict.fromkeys(t.query_id for t in sorted(tries, key=lambda t: (t.try_number, t.query_id))))
+    if len(ids) <= 2:
+        return ", ".join(ids)
+    return f"{len(ids)} queries, first {ids[0]}, latest {ids[-1]}"
+
+
 def decide_resume(tries: Sequence[EarlierTry], current_try: int, first_try: int = 1) -> Resume:
     """Decide what this try does, from what the server knows of earlier tries.
 
@@ -337,11 +355,14 @@ def decide_resume(tries: Sequence[EarlierTry], current_try: int, first_try: int 
     :param first_try: the first try of the current series (see :func:`first_try_of_series`).
     """
     relevant = [t for t in tries if first_try <= t.try_number < current_try]
-    ignored = sorted({t.query_id for t in tries if t.try_number < first_try})
-    note = f" (tries before {first_try} belong to a cleared run: {', '.join(ignored)})" if ignored else ""
-    running = sorted({t.query_id for t in relevant if t.state == "running"})
+    ignored = [t for t in tries if t.try_number < first_try]
+    note = f" (tries before {first_try} belong to a cleared run: {_name_tries(ignored)})" if ignored else ""
+    running_tries = [t for t in relevant if t.state == "running"]
+    running = sorted({t.query_id for t in running_tries})
     if running:
-        return Resume(action="wait", query_ids=running, reason=f"an earlier try is still running: {', '.join(running)}")
+        return Resume(
+            action="wait", query_ids=running, reason=f"an earlier try is still running: {_name_tries(running_tries)}"
+        )
     # The latest try that ran a load decides: the staging table holds what it wrote.
     done = sorted((t for t in relevant if t.state in ("finished", "failed")), key=lambda t: (t.try_number, t.state))
     if done and done[-1].state == "finished":
@@ -350,13 +371,12 @@ def decide_resume(tries: Sequence[EarlierTry], current_try: int, first_try: int 
             action="attach",
             query_ids=[latest.query_id],
             reason=(
-                f"earlier try {latest.query_id} finished on the server: taking its figures, "
-                f"not inserting again{note}"
+                f"earlier try {latest.query_id} finished on the server: taking its figures, not inserting again{note}"
             ),
         )
     if done:
-        failed = sorted({t.query_id for t in done if t.state == "failed"})
-        reason = f"the latest earlier try failed ({', '.join(failed)}): loading afresh{note}"
+        failed = [t for t in done if t.state == "failed"]
+        reason = f"the latest earlier try failed ({_name_tries(failed)}): loading afresh{note}"
         return Resume(action="load", reason=reason)
     return Resume(action="load", reason=f"no earlier try of this task instance ran a load{note}")
 
