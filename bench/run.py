@@ -201,7 +201,7 @@ class Planned:
 
         self.request = LoadRequest(s3_uri=ds.s3_uri, table=f"{DATABASE}.{probe_table}", memory_cap=memory_cap)
         self.manifest = build_manifest(stack.s3_client(), self.request)
-        hook = ClickHouseHook("clickhouse_default")
+        hook = ClickHouseHook()
         self.profile = hook.get_profile(self.request.table)
         url = object_url(ds.bucket, self.request.key_pattern, endpoint_url=stack.s3_endpoint, region=self.manifest.region)
         self.plan = make_plan(self.request, self.manifest, self.profile, source_url=url)
@@ -422,7 +422,7 @@ def bench_overhead(stack: Any, cfg: Config) -> dict[str, Any]:
 
     client = stack.clickhouse_client()
     probe = new_table(client, DATABASE, posts_ddl, "overhead_probe")
-    profile = ClickHouseHook("clickhouse_default").get_profile(
+    profile = ClickHouseHook().get_profile(
         LoadRequest(s3_uri="s3://x-bucket/x", table=f"{DATABASE}.{probe}").table
     )
     client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{probe}` SYNC")

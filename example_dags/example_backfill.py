@@ -1,6 +1,7 @@
 """A monthly backfill: one Parquet file per month, each run replaces its month's partition.
 
-The posts table is ``PARTITION BY toYYYYMM(CreationDate)`` and each file holds one
+The posts table, created by the first run from the files' columns, is
+``PARTITION BY toYYYYMM(CreationDate)`` and each file holds one
 month, so ``mode="replace_partitions"`` makes a run idempotent: running a month again
 (a retry, a cleared task, a re-run backfill) leaves exactly the rows of that month's
 file, never a second copy. The load goes into a staging table first; the target's
@@ -8,25 +9,39 @@ partition is swapped atomically (``ALTER TABLE … REPLACE PARTITION``), so read
 the old month or the new month, never a half-loaded one, and a failed try leaves the
 target untouched.
 
+Each run loads the month of its logical date: the scheduled run of 2008-08-01, the
+backfill's run of 2008-08-01 and a manual run with ``-l 2008-08-15`` all load 2008-08. A
+manual run's data interval comes from when it is triggered, not from its logical date,
+so the month is not taken from ``data_interval_start``. A manual run without a logical
+date loads the month it was triggered in (its ``run_after``).
+
 Catchup runs every month from ``start_date`` to ``end_date`` (the sample's first half
 year, 2008-07 to 2008-12). Re-run one month with
-``airflow dags test s3_to_clickhouse_backfill 2008-08-01``; run the whole range with
+``airflow dags test s3_to_clickhouse_backfill 2008-08-01`` or
+``airflow dags trigger s3_to_clickhouse_backfill -l 2008-08-01``; run the whole range with
 ``airflow backfill create --dag-id s3_to_clickhouse_backfill --from-date 2008-07-01 --to-date 2008-12-01``.
 
-Connections: ``clickhouse_default`` and ``aws_default`` (on the local stack, from the
+Connections: ``clickhouse_native_default`` and ``aws_default`` (on the local stack, from the
 ``AIRFLOW_CONN_*`` variables ``s3ch-local up`` prints).
 """
 
 from __future__ import annotations
 
 import datetime
+from typing import Any
 
+from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
 from airflow.sdk import DAG, Param, task
 
-from airflow_provider_s3ch.core.sql import quote_identifier
-from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.local.sample import POSTS_PREFIX, posts_ddl
+from airflow_provider_s3ch.local.sample import POSTS_PREFIX
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
+
+
+def run_month(dag_run: Any) -> str:
+    """The month a run names, ``YYYY-MM`` (UTC): its logical date's; without one, the month it was triggered in."""
+    when = dag_run.logical_date or dag_run.run_after
+    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m")
+
 
 with DAG(
     dag_id="s3_to_clickhouse_backfill",
@@ -41,24 +56,28 @@ with DAG(
         "prefix": Param(POSTS_PREFIX, type="string", description="the key prefix of the monthly files"),
         "database": Param("default", type="string"),
     },
+    user_defined_macros={"run_month": run_month},
     tags=["s3ch", "example", "backfill"],
 ) as dag:
 
-    @task
-    def create_table(database: str) -> str:
-        """Create the partitioned posts table if it is missing (the operator loads into existing tables)."""
-        hook = ClickHouseHook()
-        hook.execute(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database)}")
-        hook.execute(posts_ddl(f"{quote_identifier(database)}.{quote_identifier('posts')}"))
-        return f"{database}.posts"
+    create_database = SQLExecuteQueryOperator(
+        task_id="create_database",
+        conn_id="clickhouse_native_default",
+        sql="CREATE DATABASE IF NOT EXISTS `{{ params.database }}`",
+    )
 
-    # The run's month, rendered from its data interval: 2008-08 for the run of 2008-08-01.
+    # The month the run names: 2008-08 for the run of 2008-08-01, and for a manual run of 2008-08-15.
     load_month = S3ToClickHouseOperator(
         task_id="load_month",
-        s3_uri="s3://{{ params.bucket }}/{{ params.prefix }}{{ data_interval_start.strftime('%Y-%m') }}.parquet",
+        s3_uri="s3://{{ params.bucket }}/{{ params.prefix }}{{ run_month(dag_run) }}.parquet",
         table="{{ params.database }}.posts",
         mode="replace_partitions",
         memory_cap="2GiB",
+        # The first run creates the table from the files, partitioned by month (CREATE TABLE IF NOT
+        # EXISTS: runs that start together end with one table).
+        create_table="if_missing",
+        order_by="(PostTypeId, toDate(CreationDate), CreationDate)",
+        partition_by="toYYYYMM(CreationDate)",
     )
 
     @task
@@ -69,5 +88,5 @@ with DAG(
             f"attached to earlier try: {figures['attached_to']}"
         )
 
-    create_table("{{ params.database }}") >> load_month
+    create_database >> load_month
     report(load_month.output)

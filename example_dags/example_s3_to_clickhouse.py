@@ -1,6 +1,6 @@
 """The guide's scenario: Stack Overflow posts by month, from Parquet in S3 into a MergeTree table.
 
-Connections: ``clickhouse_default`` (type ``clickhouse``) and ``aws_default`` (type ``aws``).
+Connections: ``clickhouse_native_default`` (type ``clickhouse_native``) and ``aws_default`` (type ``aws``).
 On the local stack (``s3ch-local up``) both come from the printed ``AIRFLOW_CONN_*`` variables.
 
 Run it with ``airflow dags test s3_to_clickhouse_posts -c '{"s3_uri": "s3://bucket/prefix/*.parquet"}'``.
@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import datetime
 
+from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
 from airflow.sdk import DAG, Param, task
 
-from airflow_provider_s3ch.core.sql import quote_identifier
-from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.local.sample import posts_ddl
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 
 with DAG(
@@ -34,22 +32,23 @@ with DAG(
     tags=["s3ch", "example"],
 ) as dag:
 
-    @task
-    def create_table(database: str) -> str:
-        """Create the posts table if it is missing (the operator loads into existing tables)."""
-        hook = ClickHouseHook()
-        hook.execute(f"CREATE DATABASE IF NOT EXISTS {quote_identifier(database)}")
-        table = f"{quote_identifier(database)}.{quote_identifier('posts')}"
-        hook.execute(posts_ddl(table))
-        return f"{database}.posts"
+    # Airflow's SQL operator runs on the same connection (the hook is a DbApiHook).
+    create_database = SQLExecuteQueryOperator(
+        task_id="create_database",
+        conn_id="clickhouse_native_default",
+        sql="CREATE DATABASE IF NOT EXISTS `{{ params.database }}`",
+    )
 
-    table = create_table("{{ params.database }}")
-
+    # The first run creates the posts table from the files' columns (ClickHouse's schema inference),
+    # with the guide's keys; later runs load into it.
     load_posts = S3ToClickHouseOperator(
         task_id="load_posts",
         s3_uri="{{ params.s3_uri }}",
         table="{{ params.database }}.posts",
         memory_cap="{{ params.memory_cap }}",
+        create_table="if_missing",
+        order_by="(PostTypeId, toDate(CreationDate), CreationDate)",
+        partition_by="toYYYYMM(CreationDate)",
     )
 
     @task
@@ -61,5 +60,5 @@ with DAG(
             f"strategy {figures['strategy']}, settings {figures['settings']}"
         )
 
-    table >> load_posts
+    create_database >> load_posts
     report(load_posts.output)

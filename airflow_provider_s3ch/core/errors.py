@@ -67,6 +67,8 @@ SERVER_ERRORS: dict[int, ServerErrorClass] = {
     # the target
     60: ServerErrorClass("unknown_table", "unknown table"),
     81: ServerErrorClass("unknown_table", "unknown database"),
+    # the connection points at another protocol's port (HTTP's 8123/8443 instead of the native 9000/9440)
+    102: ServerErrorClass("terminal", "an answer that is not the native protocol's: is the port HTTP's?"),
     # the statement or the data: the same load fails the same way again
     6: ServerErrorClass("terminal", "a value cannot be parsed from text"),
     16: ServerErrorClass("terminal", "the table has no such column"),
@@ -99,6 +101,19 @@ SERVER_ERRORS: dict[int, ServerErrorClass] = {
     457: ServerErrorClass("terminal", "a setting value is out of range or of the wrong type"),
     497: ServerErrorClass("terminal", "not enough privileges"),
     636: ServerErrorClass("terminal", "the format of the files cannot be told"),
+    # workload scheduling (docs/many-loads.md)
+    673: ServerErrorClass(
+        "terminal",
+        "the query may not use its workload (RESOURCE_ACCESS_DENIED: a workload the server does not know, under "
+        "throw_on_unknown_workload, or no grant)",
+    ),
+    674: ServerErrorClass("terminal", "the server knows no such workload or resource (RESOURCE_NOT_FOUND): create it"),
+    776: ServerErrorClass(
+        "terminal",
+        "the load's memory reservation (reserve_memory, the per-node memory_cap) is above its workload's max_memory "
+        "(RESOURCE_LIMIT_EXCEEDED): the server refuses it at once, every time; lower memory_cap or raise the "
+        "workload's max_memory",
+    ),
     # the server, the network or the load on the server
     159: ServerErrorClass("transient", "the query timed out"),
     202: ServerErrorClass("transient", "too many simultaneous queries"),
@@ -113,6 +128,15 @@ SERVER_ERRORS: dict[int, ServerErrorClass] = {
     499: ServerErrorClass("transient", "S3 failed the request (throttling, a server error, or the object changed)"),
     425: ServerErrorClass("transient", "a system error"),
     999: ServerErrorClass("transient", "Keeper failed"),
+    777: ServerErrorClass("transient", "workload scheduling killed the query's memory reservation to free memory"),
+    1019: ServerErrorClass(
+        "transient", "the workload had no free query slot within workload_admission_timeout_ms (QUERY_SLOT_ACQUISITION_TIMEOUT)"
+    ),
+    1020: ServerErrorClass(
+        "transient",
+        "the workload had no room for the load's memory reservation within workload_admission_timeout_ms "
+        "(MEMORY_RESERVATION_ACQUISITION_TIMEOUT)",
+    ),
 }
 
 #: ``MEMORY_LIMIT_EXCEEDED`` (241) covers two cases the message tells apart. The query's own

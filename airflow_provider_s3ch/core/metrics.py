@@ -9,6 +9,12 @@ from pydantic import BaseModel, Field, field_validator
 
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, NodeMetrics
 
+#: The server's own figures of the wait before a query runs, under workload scheduling (ProfileEvents, in
+#: microseconds): for its memory reservation (``reserve_memory``) and for a query slot (a workload's
+#: ``max_concurrent_queries``). Both are taken before the query starts; a server without them reads 0.
+ADMISSION_WAIT_EVENTS = ("MemoryReservationAdmitMicroseconds", "ConcurrentQueryWaitMicroseconds")
+ADMISSION_WAIT_SQL = " + ".join(f"ProfileEvents['{e}']" for e in ADMISSION_WAIT_EVENTS)
+
 #: The ``system.query_log`` columns a :class:`QueryLogRow` holds, in the order the hook selects them.
 QUERY_LOG_COLUMNS = (
     "query_id",
@@ -23,6 +29,7 @@ QUERY_LOG_COLUMNS = (
     "is_initial_query",
     "type",
     "exception",
+    f"{ADMISSION_WAIT_SQL} AS admission_wait_us",
 )
 
 
@@ -42,6 +49,7 @@ class QueryLogRow(BaseModel):
     is_initial_query: bool = True
     type: str = "QueryFinish"
     exception: str = ""
+    admission_wait_us: int = 0
 
     model_config = {"populate_by_name": True}
 
@@ -75,6 +83,7 @@ class QueryLogRow(BaseModel):
             "read_bytes": self.read_bytes,
             "duration_ms": self.query_duration_ms,
             "memory_usage": self.memory_usage,
+            "admission_wait_ms": round(self.admission_wait_us / 1000),
         }
         figures.update(update)
         return NodeMetrics(**figures)
@@ -83,7 +92,7 @@ class QueryLogRow(BaseModel):
 def merge_by_node(entries: Sequence[NodeMetrics]) -> list[NodeMetrics]:
     """One figure per node: a node may run several secondary inserts for one load.
 
-    Rows and bytes add up; duration and memory are the largest of the node's entries.
+    Rows and bytes add up; duration, memory and the admission wait are the largest of the node's entries.
     """
     merged: dict[str, NodeMetrics] = {}
     for e in entries:
@@ -99,6 +108,7 @@ def merge_by_node(entries: Sequence[NodeMetrics]) -> list[NodeMetrics]:
                 "read_bytes": m.read_bytes + e.read_bytes,
                 "duration_ms": max(m.duration_ms, e.duration_ms),
                 "memory_usage": max(m.memory_usage, e.memory_usage),
+                "admission_wait_ms": max(m.admission_wait_ms, e.admission_wait_ms),
             }
         )
     return list(merged.values())
@@ -122,6 +132,9 @@ def load_metrics(
       shard. The other shards' rows are their secondary inserts; the initiator's
       shard holds ``written_rows - read_rows`` (every row read is routed: the load is
       ``SELECT *``), and its bytes are that share of its ``written_bytes``.
+
+    The admission wait (workload scheduling) is the load's own query's; each node's, in ``nodes``,
+    is the longest of its secondary queries' (they reserve on their node while the load runs).
 
     :param entry: the load's finished entry on the initiator (its ``node`` set).
     :param secondary: the finished secondary entries on every node (each with its ``node``).
@@ -147,6 +160,7 @@ def load_metrics(
         read_bytes=sum(n.read_bytes for n in per_node) if distributed else entry.read_bytes,
         duration_ms=entry.query_duration_ms,
         memory_usage=max([entry.memory_usage] + [n.memory_usage for n in per_node]),
+        admission_wait_ms=round(entry.admission_wait_us / 1000),
         settings=entry.settings,
         nodes=per_node,
     )
@@ -156,6 +170,8 @@ def summary(plan: LoadPlan, metrics: LoadMetrics, wall_ms: int) -> dict[str, Any
     """The XCom return value: the plan's summary and the figures from ``system.query_log`` (JSON-safe).
 
     ``settings`` are the values the query ran with, as the server logged them (numbers as ints).
+    ``admission_wait_ms`` is how long the load waited for workload scheduling to admit it (the server's
+    own figure), ``run_ms`` how long it ran after: together ``duration_ms``.
     """
     executed: dict[str, Any] = {}
     for name in plan.settings.values:
@@ -179,6 +195,9 @@ def summary(plan: LoadPlan, metrics: LoadMetrics, wall_ms: int) -> dict[str, Any
         "read_rows": metrics.read_rows,
         "read_bytes": metrics.read_bytes,
         "duration_ms": metrics.duration_ms,
+        "workload": plan.settings.values.get("workload") or None,
+        "admission_wait_ms": metrics.admission_wait_ms,
+        "run_ms": metrics.run_ms,
         "memory_usage": metrics.memory_usage,
         "rows_per_second": metrics.rows_per_second,
         "wall_ms": wall_ms,

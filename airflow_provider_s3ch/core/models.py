@@ -20,6 +20,8 @@ RegionCheck = Literal["warn", "fail", "off"]
 Strategy = Literal["auto", "single", "distributed"]
 Mode = Literal["append", "replace_partitions", "overwrite"]
 SchemaPolicy = Literal["strict", "ignore_extra", "warn", "off"]
+CreateTable = Literal["never", "if_missing"]
+SchemaChange = Literal["fail", "add_columns", "ignore_extra"]
 SettingValue = int | float | str
 
 #: The range of a numeric setting: ClickHouse's settings are Int64, UInt64 or Float64, and a value
@@ -109,11 +111,39 @@ class LoadRequest(BaseModel):
     dry_run: bool = False
     mode: Mode = "append"
     schema_check: SchemaPolicy = "strict"
+    create_table: CreateTable = "never"
+    on_schema_change: SchemaChange = "fail"
+    #: The server's workload the load runs in (workload scheduling): None takes the connection's extra
+    #: ``workload``; ``""`` runs without one whatever the connection says.
+    workload: str | None = None
+
+    @model_validator(mode="after")
+    def _contract(self) -> LoadRequest:
+        if self.schema_check == "ignore_extra" and self.on_schema_change == "add_columns":
+            raise InvalidRequestError(
+                "schema_check='ignore_extra' leaves the files' extra columns out, on_schema_change='add_columns' "
+                "adds them to the table: give one (schema_check='strict' with on_schema_change='add_columns')"
+            )
+        return self
+
+    @property
+    def schema_change(self) -> SchemaChange:
+        """The contract: ``on_schema_change``; ``schema_check='ignore_extra'`` is ``'ignore_extra'``."""
+        return "ignore_extra" if self.schema_check == "ignore_extra" else self.on_schema_change
 
     @field_validator("table", mode="before")
     @classmethod
     def _table(cls, v: Any) -> Any:
         return TableRef.parse(v) if isinstance(v, str) else v
+
+    @field_validator("workload", mode="before")
+    @classmethod
+    def _workload(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        if not isinstance(v, str):
+            raise InvalidRequestError(f"workload={v!r} must be the name of a workload on the server, e.g. 'loads'")
+        return v.strip()
 
     @field_validator("memory_cap", mode="before")
     @classmethod
@@ -261,6 +291,8 @@ class ClusterNode(BaseModel):
     port: int
     shard_num: int = 1
     replica_num: int = 1
+    #: The connection's own node (``system.clusters.is_local`` as the connection's node sees it).
+    is_local: bool = False
 
     @property
     def address(self) -> str:
@@ -285,6 +317,8 @@ class TableInfo(BaseModel):
     database_engine: str | None = None
     #: Materialized views (and other dependents) that read from the table, ``db.name``.
     dependent_views: list[str] = Field(default_factory=list)
+    #: False for a table the load will create (``create_table='if_missing'``): planned, not yet there.
+    exists: bool = True
 
     @property
     def is_distributed(self) -> bool:
@@ -294,6 +328,28 @@ class TableInfo(BaseModel):
     def is_replicated(self) -> bool:
         engine = self.local_engine or self.engine
         return engine.startswith(("Replicated", "Shared"))
+
+
+class WorkloadEntity(BaseModel):
+    """A workload or a resource of the server's workload scheduling (``system.workloads``, ``system.resources``)."""
+
+    name: str
+    parent: str = ""
+    create_query: str = ""
+
+
+class NodeWorkloads(BaseModel):
+    """One node's workload scheduling, as its ``system.workloads`` and ``system.resources`` list it."""
+
+    node: str
+    #: The connection's node: the load's own query runs (and reserves memory) there.
+    initiator: bool = False
+    #: A node of the cluster: a distributed load's secondary queries run (and reserve memory) there.
+    member: bool = False
+    #: None when the node's tables could not be read (``error`` says why).
+    workloads: list[WorkloadEntity] | None = None
+    resources: list[WorkloadEntity] | None = None
+    error: str = ""
 
 
 class ServerProfile(BaseModel):
@@ -308,6 +364,10 @@ class ServerProfile(BaseModel):
     nodes: list[ClusterNode] = Field(default_factory=list)
     node_cores: list[int] = Field(default_factory=list)
     table: TableInfo
+    #: The connection's extra ``workload``: the workload of loads that name none.
+    workload: str | None = None
+    #: Each node's workload scheduling (the connection's node first when it is not in the cluster).
+    workload_nodes: list[NodeWorkloads] = Field(default_factory=list)
 
     @property
     def node_count(self) -> int:
@@ -379,6 +439,8 @@ class QueryFigures(BaseModel):
     read_bytes: int
     duration_ms: int
     memory_usage: int
+    #: How long the query waited to be admitted by workload scheduling before it ran (part of ``duration_ms``).
+    admission_wait_ms: int = 0
 
 
 class NodeMetrics(QueryFigures):
@@ -392,6 +454,11 @@ class LoadMetrics(QueryFigures):
 
     settings: dict[str, str] = Field(default_factory=dict)
     nodes: list[NodeMetrics] = Field(default_factory=list)
+
+    @property
+    def run_ms(self) -> int:
+        """How long the load ran once admitted: ``duration_ms`` less the admission wait."""
+        return max(0, self.duration_ms - self.admission_wait_ms)
 
     @property
     def rows_per_second(self) -> float:

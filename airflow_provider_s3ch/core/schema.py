@@ -27,7 +27,9 @@ columns), and :func:`check_schema` compares them:
   into ``T`` is fine (a NULL loads as the column's default, ``input_format_null_as_default``; set
   that setting to 0 to fail on NULLs instead). A nested type (``Array``, ``Map``, ``Tuple``)
   against a plain one is an error: the server cannot read one as the other. Text into a number is
-  a warning (the server parses each value: numeric text loads, other text fails the load), and
+  a warning (the server parses each value: numeric text loads, other text fails the load), except
+  into a ``Nullable`` number, where it is an error (measured on Parquet: text that is not a number
+  loads as NULL there, without an error), and
   so is a float into an integer (the fraction is dropped: 1.5 loads as 1). Everything else is the
   server's to convert.
 - **Hive-style path columns** (``…/day=01/…``, :func:`path_columns`): the server lists them with
@@ -53,7 +55,7 @@ from pydantic import BaseModel, Field
 from airflow_provider_s3ch.core.errors import SchemaError
 from airflow_provider_s3ch.core.formats import NAMELESS_FORMATS, TYPED_FORMATS
 from airflow_provider_s3ch.core.glob import key_url
-from airflow_provider_s3ch.core.models import Check, LoadPlan, Manifest, SchemaPolicy, SettingValue
+from airflow_provider_s3ch.core.models import Check, LoadPlan, Manifest, SchemaChange, SchemaPolicy, SettingValue
 
 CHECK_NAME = "schema"
 
@@ -212,6 +214,11 @@ def type_problem(source: str, target: str) -> tuple[str, str] | None:
         return None
     if (src == "nested") != (dst == "nested"):
         return "error", f"{source} into {target}: the server cannot read a nested type as a plain one or back"
+    if src == "text" and dst in {"integer", "float", "decimal"} and "Nullable(" in target:
+        return "error", (
+            f"{source} into {target}: the server reads text that is not a number as NULL there, without an "
+            "error; give the files a numeric column, or the table a String one"
+        )
     if src == "text" and dst in {"integer", "float", "decimal"}:
         return "warning", f"{source} into {target}: each value is parsed as a number; text that is not one fails the load"
     if src == "float" and dst == "integer":
@@ -264,7 +271,7 @@ def compare_by_name(
     by_name = {key(c.name): c for c in target}
     in_file = {key(c.name) for c in file}
     found = SchemaComparison()
-    unloaded = [c for c in file if key(c.name) not in by_name or by_name[key(c.name)].default_kind in COMPUTED_KINDS]
+    unloaded = unloaded_columns(file, target, ignore_case=ignore_case)
     extra = [c for c in unloaded if c.name not in from_path]
     if len(extra) < len(unloaded):
         found.notes.append(f"path columns {_names([c for c in unloaded if c.name in from_path])} are not in the table")
@@ -285,15 +292,46 @@ def compare_by_name(
             + ": their values would be dropped"
         )
         if ignore_extra:
-            found.notes.append(f"{text} (schema_check='ignore_extra')")
+            found.notes.append(f"{text} (on_schema_change='ignore_extra')")
         else:
-            found.errors.append(f"{text}; add them to the table, or pass schema_check='ignore_extra' to leave them out")
+            found.errors.append(
+                f"{text}; pass on_schema_change='add_columns' to add them to the table, or "
+                "on_schema_change='ignore_extra' to leave them out"
+            )
     if defaulted:
         found.notes.append(f"{_names(defaulted)} not in the file: filled by the table's DEFAULT")
     if typed:
         skip = {c.name for c in unloaded} | from_path
         found.extend(_types([(c, by_name[key(c.name)]) for c in file if c.name not in skip], "file"))
     return found
+
+
+def unloaded_columns(file: Sequence[Column], target: Sequence[Column], *, ignore_case: bool = False) -> list[Column]:
+    """The file's columns the insert does not load: those the table lacks, or computes (MATERIALIZED, ALIAS).
+
+    :param file: the file's columns.
+    :param target: the table's columns.
+    :param ignore_case: the reader matches names regardless of case.
+    """
+    key = (lambda name: name.lower()) if ignore_case else (lambda name: name)
+    by_name = {key(c.name): c for c in target}
+    return [c for c in file if key(c.name) not in by_name or by_name[key(c.name)].default_kind in COMPUTED_KINDS]
+
+
+def left_out(
+    file_columns: Sequence[Column], target: Sequence[Column], *, file: str,
+    settings: dict[str, SettingValue] | None = None,
+) -> list[str]:
+    """The names of the sample file's columns the load leaves out (the table lacks them; path columns aside).
+
+    :param file_columns: the file's columns.
+    :param target: the table's columns.
+    :param file: the sample file, ``s3://bucket/key`` (its path columns are not left out: the key holds them).
+    :param settings: the request's settings (case-insensitive readers).
+    """
+    from_path = path_columns(file)
+    unloaded = unloaded_columns(file_columns, target, ignore_case=case_insensitive(settings or {}))
+    return [c.name for c in unloaded if c.name not in from_path]
 
 
 def _case_hint(missing: Sequence[Column], extra: Sequence[Column]) -> str:
@@ -365,7 +403,7 @@ def structure_in_file(
 def check_schema(
     target: Sequence[Column], *, file: str, table: str, fmt: str, policy: SchemaPolicy,
     file_columns: Sequence[Column] | None = None, structure_columns: Sequence[Column] | None = None,
-    settings: dict[str, SettingValue] | None = None,
+    settings: dict[str, SettingValue] | None = None, on_schema_change: SchemaChange = "fail",
 ) -> Check:
     """Compare the sample file's columns (or the structure's) with the target's.
 
@@ -377,6 +415,8 @@ def check_schema(
     :param file_columns: the file's columns from the server's schema inference (formats with names).
     :param structure_columns: the structure's columns as the server parses it (when one is given).
     :param settings: the request's settings (a case-insensitive reader matches names regardless of case).
+    :param on_schema_change: the contract: ``'ignore_extra'`` leaves file columns the table lacks out
+        (as ``policy='ignore_extra'``); under ``'add_columns'`` the target given here already has them.
     :return: the check: ok, warn (warnings, or problems under ``schema_check='warn'``).
     :raises SchemaError: problems under ``schema_check='strict'`` or ``'ignore_extra'``.
     """
@@ -385,7 +425,8 @@ def check_schema(
     found = SchemaComparison()
     if structure_columns is None:
         found.extend(compare_by_name(
-            file_columns or [], target, typed=typed, ignore_extra=policy == "ignore_extra", ignore_case=ignore_case,
+            file_columns or [], target, typed=typed, ignore_extra="ignore_extra" in (policy, on_schema_change),
+            ignore_case=ignore_case,
             from_path=from_path,
         ))  # fmt: skip
     else:

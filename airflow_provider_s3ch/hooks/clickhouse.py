@@ -4,6 +4,10 @@ Connection (clients cached per node, closed), execute, error translation by the 
 code table, the insert, kill, and reads that return typed rows. It makes no decision: what
 a load runs and what its figures mean is the core's business. What the server knows of the
 load's queries (running, finished, their figures) is read by :mod:`.query_log`.
+
+It is also Airflow's SQL hook for the ``clickhouse_native`` connection type (a
+:class:`~airflow.providers.common.sql.hooks.sql.DbApiHook` over ``clickhouse_driver.dbapi``), so
+``SQLExecuteQueryOperator``, the SQL sensors, ``get_records`` and ``get_df`` work with it.
 """
 
 from __future__ import annotations
@@ -14,20 +18,28 @@ import time
 from collections.abc import Sequence
 from typing import Any, TypeVar
 
-from airflow.sdk import BaseHook
-from clickhouse_driver import Client
+from airflow.providers.common.sql.hooks.sql import DbApiHook
+from clickhouse_driver import Client, dbapi
 from clickhouse_driver import errors as ch_errors
 from pydantic import BaseModel
 
-from airflow_provider_s3ch import UI_FIELD_BEHAVIOUR
+from airflow_provider_s3ch import NATIVE_CONN_TYPE
 from airflow_provider_s3ch.core.errors import classify_server_error
-from airflow_provider_s3ch.core.models import ClusterNode, ServerProfile, TableInfo, TableRef
+from airflow_provider_s3ch.core.models import (
+    ClusterNode,
+    NodeWorkloads,
+    ServerProfile,
+    TableInfo,
+    TableRef,
+    WorkloadEntity,
+)
 from airflow_provider_s3ch.core.server import CORES_PROBES, MEMORY_PROBES, TABLE_INFO_SQL, parse_int_setting, table_info
 from airflow_provider_s3ch.errors import (
     ClickHouseAuthError,
     ClickHouseQueryError,
     ClickHouseUnavailableError,
     ClusterError,
+    InvalidRequestError,
     LoadError,
     S3chError,
     TableError,
@@ -36,42 +48,81 @@ from airflow_provider_s3ch.hooks.quiet import quiet_loggers
 
 DEFAULT_PORT = 9000
 DEFAULT_SECURE_PORT = 9440
+#: The connection type of Apache Airflow's own ClickHouse provider (HTTP): its ``port`` is the HTTP
+#: port, so the native port comes from the extra ``native_port`` or the default for ``secure``.
+HTTP_CONN_TYPE = "clickhouse"
+HTTP_PORTS = (8123, 8443)
+#: A node's workload scheduling in one read: its workloads (name, parent, DDL) and resources (name, DDL).
+WORKLOADS_SQL = (
+    "SELECT (SELECT groupArray((name, parent, create_query)) FROM system.workloads), "
+    "(SELECT groupArray((name, create_query)) FROM system.resources)"
+)
 _CLIENT_EXTRA_KEYS = (
     "connect_timeout", "send_receive_timeout", "sync_request_timeout", "compression", "verify", "ca_certs"
 )
 Row = TypeVar("Row", bound=BaseModel)
 
 
-class ClickHouseHook(BaseHook):
+def _true(value: Any) -> bool:
+    """A connection extra's boolean: JSON ``true`` or the strings 1/true/yes/on."""
+    return str(value).strip().lower() in {"1", "true", "yes", "on"}
+
+
+#: Client options that arrive as text from a connection URI's query string.
+_CLIENT_EXTRA_TYPES: dict[str, Any] = {
+    "connect_timeout": float,
+    "send_receive_timeout": float,
+    "sync_request_timeout": float,
+    "verify": _true,
+}
+
+
+class ClickHouseHook(DbApiHook):
     """Talk to ClickHouse over the native protocol; clients are cached per node and closed by :meth:`close`.
 
-    Connection: host, port (9000; 9440 when ``secure``), login, password, schema (the default
-    database). Extra: ``secure``, ``cluster`` (for distributed loads), ``region`` (for the region
-    check), ``s3_endpoint_url`` (S3 as ClickHouse reaches it), and the client options ``connect_timeout``,
-    ``send_receive_timeout``, ``sync_request_timeout``, ``compression``, ``verify``, ``ca_certs``.
+    Connection type ``clickhouse_native``: host, port (9000; 9440 when ``secure``), login, password,
+    schema (the default database). Extra: ``secure``, ``cluster`` (for distributed loads), ``region``
+    (for the region check), ``s3_endpoint_url`` (S3 as ClickHouse reaches it), ``workload`` (the server's
+    workload loads run in when they name none: docs/many-loads.md), and the client options
+    ``connect_timeout``, ``send_receive_timeout``, ``sync_request_timeout``, ``compression``, ``verify``,
+    ``ca_certs``.
+
+    A connection of type ``clickhouse`` (Apache Airflow's ClickHouse provider, HTTP) works too: the
+    same host, login, password and schema; its ``port`` is the HTTP port and is not used: the native
+    port is the extra ``native_port``, else 9440 when ``secure``, else 9000.
+
+    :meth:`get_conn` is a DB-API 2.0 connection (``clickhouse_driver.dbapi``), for Airflow's SQL
+    operators and sensors; :meth:`client` and :meth:`client_for` are native clients.
 
     :param clickhouse_conn_id: the Airflow connection id.
+    :param schema: a database other than the connection's, for unqualified names.
     """
 
     conn_name_attr = "clickhouse_conn_id"
-    default_conn_name = "clickhouse_default"
-    conn_type = "clickhouse"
-    hook_name = "ClickHouse"
+    default_conn_name = "clickhouse_native_default"
+    conn_type = NATIVE_CONN_TYPE
+    hook_name = "ClickHouse (native protocol)"
+    supports_autocommit = True  # every statement commits on its own: there is nothing to commit
+    _test_connection_sql = "SELECT 1"
 
-    def __init__(self, clickhouse_conn_id: str = default_conn_name, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(
+        self, clickhouse_conn_id: str = default_conn_name, *, schema: str | None = None, **kwargs: Any
+    ) -> None:
+        # Airflow's SQL operators pass the connection's extras as keyword arguments: DbApiHook ignores them.
+        super().__init__(clickhouse_conn_id=clickhouse_conn_id, schema=schema, **kwargs)
         self.clickhouse_conn_id = clickhouse_conn_id
         self._clients: dict[tuple[str, int], Client] = {}
-        conn = self.get_connection(clickhouse_conn_id)
+        conn = self.connection
         extra = dict(conn.extra_dejson or {})
         self.cluster: str | None = extra.get("cluster") or None
         self.region: str | None = extra.get("region") or None
         self.s3_endpoint_url: str | None = extra.get("s3_endpoint_url") or None
-        self.database: str = conn.schema or "default"
+        self.workload: str | None = str(extra.get("workload") or "").strip() or None
+        self.database: str = schema or conn.schema or "default"
         self.login: str = conn.login or "default"
-        secure = str(extra.get("secure", "false")).lower() in {"1", "true", "yes"}
+        secure = _true(extra.get("secure", False))
         self.host: str = conn.host or "localhost"
-        self.port: int = int(conn.port) if conn.port else DEFAULT_SECURE_PORT if secure else DEFAULT_PORT
+        self.port: int = self._native_port(conn.conn_type, conn.port, extra, secure)
         self.address = f"{self.host}:{self.port}"
         self._client_kwargs: dict[str, Any] = {
             "user": self.login,
@@ -82,17 +133,96 @@ class ClickHouseHook(BaseHook):
             "connect_timeout": 10,
             "send_receive_timeout": 3600,
             "settings_is_important": True,  # an unknown setting sent in the protocol is an error, not ignored
-            **{key: extra[key] for key in _CLIENT_EXTRA_KEYS if key in extra},
+            # a form leaves empty fields as null: the defaults apply
+            **{
+                key: _CLIENT_EXTRA_TYPES.get(key, lambda v: v)(extra[key])
+                for key in _CLIENT_EXTRA_KEYS
+                if extra.get(key) not in (None, "")
+            },
         }
 
-    @classmethod
-    def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        """Relabel the connection form's fields for ClickHouse (the provider info's copy)."""
-        return UI_FIELD_BEHAVIOUR
+    def _native_port(self, conn_type: str | None, port: int | None, extra: dict[str, Any], secure: bool) -> int:
+        """The native protocol's port: the connection's own, except on an HTTP (``clickhouse``) connection."""
+        default = DEFAULT_SECURE_PORT if secure else DEFAULT_PORT
+        if conn_type != HTTP_CONN_TYPE:
+            return int(port) if port else default
+        native_port = extra.get("native_port")
+        if native_port in (None, ""):
+            self.log.info(
+                "Connection %r is of type %r (HTTP, port %s): the native protocol's port is %d (%s); "
+                "set the extra 'native_port' for another",
+                self.clickhouse_conn_id,
+                conn_type,
+                port,
+                default,
+                "secure" if secure else "not secure",
+            )
+            return default
+        try:
+            return int(native_port)
+        except (TypeError, ValueError):
+            raise InvalidRequestError(
+                f"connection {self.clickhouse_conn_id!r}: extra 'native_port' is {native_port!r}, not a port "
+                "number; set it to the server's native protocol port (9000, 9440 with TLS)"
+            ) from None
+
+    @property
+    def schema(self) -> str:
+        """The default database (Airflow's SQL operators set it from their ``database`` argument)."""
+        return self.database
+
+    @schema.setter
+    def schema(self, value: str | None) -> None:
+        if value and value != self.database:
+            self.close()
+            self.database = self._client_kwargs["database"] = value
+
+    # ------------------------------------------------------------------ connections
+    def get_conn(self) -> dbapi.connection.Connection:
+        """A DB-API 2.0 connection (``clickhouse_driver.dbapi``) with this connection's settings: what
+        Airflow's SQL operators, sensors, ``get_records`` and ``get_df`` use. Closing it closes its cursors."""
+        kwargs = {k: v for k, v in self._client_kwargs.items() if k not in ("user", "password", "database")}
+        return dbapi.connect(
+            host=self.host,
+            port=self.port,
+            user=self.login,
+            password=self._client_kwargs["password"],
+            database=self.database,
+            **kwargs,
+        )
+
+    def set_autocommit(self, conn: Any, autocommit: bool) -> None:
+        """Nothing to set: ClickHouse has no transactions."""
+
+    def get_autocommit(self, conn: Any) -> bool:
+        """Always: ClickHouse has no transactions."""
+        return True
+
+    def test_connection(self) -> tuple[bool, str]:
+        """Log in and ask the server who it is (Airflow's connection test); the message names the problem."""
+        client = self.client_for(self.host, self.port, fresh=True)
+        try:
+            rows = client.execute("SELECT version(), currentUser(), currentDatabase()")
+        except Exception as exc:  # noqa: BLE001 - the test reports, it does not raise
+            message = str(self.translate_error(exc))
+            if isinstance(exc, ch_errors.UnexpectedPacketFromServerError) or self.port in HTTP_PORTS:
+                message += (
+                    f"; is port {self.port} ClickHouse's HTTP port? The native protocol listens on "
+                    f"{DEFAULT_PORT} ({DEFAULT_SECURE_PORT} with TLS): fix the port of connection "
+                    f"{self.clickhouse_conn_id!r}"
+                )
+            return False, message
+        finally:
+            client.disconnect()
+        version, user, database = rows[0]
+        return True, (
+            f"Connected to ClickHouse {version} at {self.address} (native protocol) as user {user!r}, "
+            f"database {database!r}"
+        )
 
     # ------------------------------------------------------------------ clients
-    def get_conn(self) -> Client:
-        """The cached ``clickhouse_driver.Client`` on the connection's host."""
+    def client(self) -> Client:
+        """The cached native ``clickhouse_driver.Client`` on the connection's host."""
         return self.client_for(self.host, self.port)
 
     def client_for(self, host: str, port: int, *, fresh: bool = False) -> Client:
@@ -106,7 +236,7 @@ class ClickHouseHook(BaseHook):
     def node_clients(self, nodes: Sequence[ClusterNode]) -> list[tuple[str, Client]]:
         """(address, client) for each node; the connection's own client when there are no nodes."""
         if not nodes:
-            return [(self.address, self.get_conn())]
+            return [(self.address, self.client())]
         return [(n.address, self.client_for(n.host, n.port)) for n in nodes]
 
     def close(self) -> None:
@@ -123,7 +253,7 @@ class ClickHouseHook(BaseHook):
     ) -> Any:
         """Run one query and return its rows; errors become the provider's errors."""
         try:
-            return (client or self.get_conn()).execute(sql, params, settings=settings, query_id=query_id, **options)
+            return (client or self.client()).execute(sql, params, settings=settings, query_id=query_id, **options)
         except Exception as exc:
             raise self.translate_error(exc) from exc
 
@@ -163,12 +293,22 @@ class ClickHouseHook(BaseHook):
         log_every: float = 10.0,
     ) -> None:
         """Run the load under ``query_id`` with ``settings`` sent in the protocol (the statement holds
-        secrets: never logged), logging progress."""
-        last = time.monotonic()
+        secrets: never logged), logging progress.
+
+        The log says when the server's first progress came: under a workload (docs/many-loads.md) the
+        server holds the query back until its ``reserve_memory`` is free, so that is the wait seen from
+        here; the server's own figure is in ``system.query_log`` (the XCom's ``admission_wait_ms``)."""
+        started = last = time.monotonic()
+        running = False
         try:
             with quiet_loggers("clickhouse_driver"):
-                progress = self.get_conn().execute_with_progress(sql, settings=settings, query_id=query_id)
+                progress = self.client().execute_with_progress(sql, settings=settings, query_id=query_id)
                 for rows, total in progress:
+                    if log is not None and not running:
+                        running = True
+                        log.info("The server runs the load: its first progress came %.1f s after the statement "
+                                 "was sent (under a workload, after the wait for admission)",
+                                 time.monotonic() - started)
                     if log is not None and time.monotonic() - last >= log_every:
                         last = time.monotonic()
                         log.info("Progress: %d rows read%s", rows, f" of {total}" if total else "")
@@ -208,17 +348,25 @@ class ClickHouseHook(BaseHook):
         return [(str(pid), str(value)) for pid, value in rows]
 
     # ------------------------------------------------------------------ profile
-    def get_profile(self, table: TableRef, cluster: str | None = None) -> ServerProfile:
+    def get_profile(
+        self, table: TableRef, cluster: str | None = None, *, missing: TableInfo | None = None,
+        workload: str | None = None,
+    ) -> ServerProfile:
         """What the planner needs: version, cores, memory, cluster nodes, the target table. Every probe
         has a fallback (deployments differ): a missing system table never fails the load.
 
         :param table: the target table (its database defaults to the connection's).
         :param cluster: the cluster for distributed loads (default: connection extra ``cluster``).
+        :param missing: the table to plan with when the target does not exist (one the load will create);
+            without it a missing target is a :class:`TableError`.
+        :param workload: the load's workload (None: the connection's extra; ``""``: none): the nodes'
+            workloads and resources are read only when there is one.
         """
         cluster = cluster or self.cluster
         nodes = self.cluster_nodes(cluster) if cluster else []
-        cores = self._cores(self.get_conn())
-        memory, memory_source = self._first(MEMORY_PROBES, self.get_conn())
+        cores = self._cores(self.client())
+        workload_nodes = self.workload_nodes(nodes) if (self.workload if workload is None else workload) else []
+        memory, memory_source = self._first(MEMORY_PROBES, self.client())
         return ServerProfile(
             version=str(self.execute("SELECT version()")[0][0]),
             cores=cores,
@@ -228,7 +376,41 @@ class ClickHouseHook(BaseHook):
             cluster=cluster,
             nodes=nodes,
             node_cores=[self._cores(client, cores) for _, client in self.node_clients(nodes)] if len(nodes) > 1 else [cores],
-            table=self.table_info(table),
+            table=missing if missing is not None and self.table_comment(table) is None else self.table_info(table),
+            workload=self.workload,
+            workload_nodes=workload_nodes,
+        )
+
+    def workload_nodes(self, nodes: Sequence[ClusterNode] = ()) -> list[NodeWorkloads]:
+        """Each node's workloads and resources (workload scheduling): the connection's node, and every node
+        of the cluster; one read of ``system.workloads`` and ``system.resources`` on each. A node that cannot
+        be read (a server without them, a missing grant, a node the worker cannot reach) is listed with its
+        error: the plan decides what that means."""
+        out = []
+        if not any(n.is_local for n in nodes):
+            out.append(self._workloads_on(self.address, self.client(), initiator=True, member=False))
+        for node in nodes:
+            client = self.client() if node.is_local else self.client_for(node.host, node.port)
+            out.append(self._workloads_on(node.address, client, initiator=node.is_local, member=True))
+        return out
+
+    def _workloads_on(self, address: str, client: Client, *, initiator: bool, member: bool) -> NodeWorkloads:
+        try:
+            (workloads, resources), = client.execute(WORKLOADS_SQL)
+        except ch_errors.ServerException as exc:
+            if classify_server_error(exc.code).kind == "auth":
+                raise self.translate_error(exc) from exc
+            error = str(exc.message).split("Stack trace:")[0].strip()
+            return NodeWorkloads(node=address, initiator=initiator, member=member, error=error)
+        except Exception as exc:
+            translated = self.translate_error(exc)
+            if initiator or not isinstance(translated, ClickHouseUnavailableError):
+                raise translated from exc
+            return NodeWorkloads(node=address, initiator=initiator, member=member, error=str(translated))
+        return NodeWorkloads(
+            node=address, initiator=initiator, member=member,
+            workloads=[WorkloadEntity(name=n, parent=p, create_query=q) for n, p, q in workloads],
+            resources=[WorkloadEntity(name=n, create_query=q) for n, q in resources],
         )
 
     def _first(self, probes: Sequence[tuple[str, str]], client: Client) -> tuple[Any, str]:
@@ -259,7 +441,7 @@ class ClickHouseHook(BaseHook):
     def cluster_nodes(self, cluster: str) -> list[ClusterNode]:
         """The cluster's replicas from ``system.clusters``; :class:`ClusterError` when it is not there."""
         nodes = self.rows(
-            ClusterNode, "SELECT host_name AS host, port, shard_num, replica_num FROM system.clusters "
+            ClusterNode, "SELECT host_name AS host, port, shard_num, replica_num, is_local FROM system.clusters "
             "WHERE cluster = %(c)s ORDER BY shard_num, replica_num", {"c": cluster},
         )
         if not nodes:
@@ -278,7 +460,8 @@ class ClickHouseHook(BaseHook):
         if not rows:
             raise TableError(
                 f"table {database}.{table.name} does not exist on {self.address}; "
-                "create it first (the operator loads into existing tables) or fix the table argument"
+                "create it, or pass create_table='if_missing' with order_by=… to create it from the files' columns, "
+                "or fix the table argument"
             )
         info = table_info(database, table.name, *rows[0][:4])
         info.database_engine, info.dependent_views = rows[0][4] or None, list(rows[0][5])

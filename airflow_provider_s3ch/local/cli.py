@@ -1,13 +1,14 @@
 """``s3ch-local``: run the local ClickHouse + S3 stack, write sample data, run the demo.
 
-    s3ch-local up [--nodes N] [--rows R]      start, write sample data, print AIRFLOW_CONN_*; Ctrl-C stops
-    s3ch-local demo --dags-folder DIR         start, write sample data, run the example DAG through Airflow,
-                                              print what it loaded, stop
+s3ch-local up [--nodes N] [--rows R]      start, write sample data, print AIRFLOW_CONN_*; Ctrl-C stops
+s3ch-local demo --dags-folder DIR         start, write sample data, run the example DAG through Airflow,
+                                          print what it loaded, stop
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -17,11 +18,12 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from airflow_provider_s3ch.local.sample import write_posts
-from airflow_provider_s3ch.local.stack import DEFAULT_BUCKET, DEFAULT_REGION, LocalStack
+from airflow_provider_s3ch.local.stack import DEFAULT_BUCKET, DEFAULT_REGION, WORKLOAD, LocalStack
 
 DEMO_DAG_ID = "s3_to_clickhouse_posts"
 
@@ -32,10 +34,59 @@ def _add_stack_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rows", type=int, default=200_000, help="sample posts to write; 0 writes none (200000)")
     p.add_argument("--months", type=int, default=12, help="monthly Parquet files to spread them over (12)")
     p.add_argument("--bucket", default=DEFAULT_BUCKET, help=f"the sample bucket ({DEFAULT_BUCKET})")
+    p.add_argument(
+        "--workload-memory",
+        default=None,
+        help="workload scheduling for loads on each node: the root workload's max_memory (e.g. 3Gi); "
+        "the connection's extra workload is then 'loads' (docs/many-loads.md)",
+    )
 
 
-def _start(args: argparse.Namespace) -> tuple[LocalStack, Any]:
-    stack = LocalStack(nodes=args.nodes, region=args.region).start()
+#: Signals that stop the stack: Ctrl-C, ``kill``, a closed terminal.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class Stopped(Exception):
+    """A stop signal arrived: unwind, so that ``finally`` stops the stack and removes its directory."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _raise_stopped(signum: int, frame: Any) -> None:
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def _stack_until_stopped(args: argparse.Namespace) -> Iterator[LocalStack]:
+    """The stack of ``args`` (not started), stopped and its directory removed when the block ends.
+
+    The stop signals raise :class:`Stopped` in the block: without a handler SIGTERM ends the
+    process at once, before any ``finally`` runs, and leaves the stack's processes to die on
+    their own and its directory (the nodes' data) behind. The handlers are in place before the
+    stack starts, so a signal during start-up or while sample data is written also cleans up;
+    while the stack stops, further signals are ignored, so that nothing interrupts the clean-up.
+    """
+    previous = {s: signal.signal(s, _raise_stopped) for s in STOP_SIGNALS}
+    stack: LocalStack | None = None
+    try:
+        stack = LocalStack(nodes=args.nodes, region=args.region, workload_memory=args.workload_memory)
+        yield stack
+    finally:
+        for s in STOP_SIGNALS:
+            signal.signal(s, signal.SIG_IGN)
+        try:
+            if stack is not None:
+                stack.stop()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+
+def _start(stack: LocalStack, args: argparse.Namespace) -> Any:
+    """Start ``stack``, create the sample bucket and write the sample data (None when ``--rows 0``)."""
+    stack.start()
     stack.create_bucket(args.bucket)
     dataset = None
     if args.rows > 0:
@@ -46,20 +97,27 @@ def _start(args: argparse.Namespace) -> tuple[LocalStack, Any]:
             f"at {dataset.s3_uri} ({time.monotonic() - t0:.1f} s)",
             flush=True,
         )
-    return stack, dataset
+    return dataset
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    stack, _ = _start(args)
+    """Start the stack and serve until SIGINT, SIGTERM or SIGHUP; then stop it and remove its directory."""
     try:
-        print(f"# {args.nodes} ClickHouse node(s): " + ", ".join(n.address for n in stack.nodes))
-        print(f"# S3: {stack.s3_endpoint} (key {stack.s3_access_key}); cluster {stack.cluster}")
-        for key, value in stack.airflow_env().items():
-            print(f"export {key}={shlex.quote(value)}")
-        print("# Ctrl-C stops the stack", flush=True)
-        signal.sigwait({signal.SIGINT, signal.SIGTERM})
-    finally:
-        stack.stop()
+        with _stack_until_stopped(args) as stack:
+            _start(stack, args)
+            print(f"# {args.nodes} ClickHouse node(s): " + ", ".join(n.address for n in stack.nodes))
+            print(f"# S3: {stack.s3_endpoint} (key {stack.s3_access_key}); cluster {stack.cluster}")
+            print(f"# data: {stack.workdir} (removed on stop)")
+            if args.workload_memory:
+                print(f"# workload: {WORKLOAD} in all (max_memory {args.workload_memory}) on each node")
+            for key, value in stack.airflow_env().items():
+                print(f"export {key}={shlex.quote(value)}")
+            print("# Ctrl-C stops the stack", flush=True)
+            while True:
+                signal.pause()
+    except Stopped as stop:
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(f"# {stop}: stopped the stack and removed its data", flush=True)
     return 0
 
 
@@ -83,43 +141,49 @@ def read_xcom(airflow_home: Path, dag_id: str, task_id: str) -> Any:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     dags_folder = Path(args.dags_folder).resolve()
-    stack, dataset = _start(args)
     try:
-        with tempfile.TemporaryDirectory(prefix="s3ch-airflow-") as home:
-            env = dict(os.environ)
-            env.update(stack.airflow_env())
-            env.update(
-                {
-                    "AIRFLOW_HOME": home,
-                    "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
-                    "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                    "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
-                    "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
-                }
-            )
-            airflow = [sys.executable, "-m", "airflow"]
-            conf = json.dumps({"s3_uri": dataset.s3_uri if dataset else f"s3://{args.bucket}/nothing/*.parquet"})
-            steps = [
-                (airflow + ["db", "migrate"], True),
-                (airflow + ["dags", "reserialize"], True),
-                (airflow + ["dags", "test", DEMO_DAG_ID, "-c", conf], False),
-            ]
-            for argv, quiet in steps:
-                print("$ airflow " + " ".join(shlex.quote(a) for a in argv[3:]), flush=True)
-                t0 = time.monotonic()
-                out = subprocess.run(argv, env=env, capture_output=quiet, text=True, check=False)
-                if out.returncode != 0:
-                    if quiet:
-                        print(out.stdout[-4000:], out.stderr[-4000:], sep="\n")
-                    print(f"demo failed at: {' '.join(argv[3:])}", file=sys.stderr)
-                    return 1
-                print(f"  ok ({time.monotonic() - t0:.1f} s)", flush=True)
-            result = read_xcom(Path(home), DEMO_DAG_ID, "load_posts")
-        rows_in_table = stack.clickhouse_client().execute("SELECT count() FROM default.posts")[0][0]
-        print_figures(result, rows_in_table, dataset.rows if dataset else 0)
-        return 0 if result and result.get("written_rows") == (dataset.rows if dataset else 0) else 1
-    finally:
-        stack.stop()
+        with _stack_until_stopped(args) as stack:
+            return _demo(stack, args, dags_folder)
+    except Stopped as stop:
+        print(f"# {stop}: stopped the stack", file=sys.stderr, flush=True)
+        return 128 + stop.signum
+
+
+def _demo(stack: LocalStack, args: argparse.Namespace, dags_folder: Path) -> int:
+    dataset = _start(stack, args)
+    with tempfile.TemporaryDirectory(prefix="s3ch-airflow-") as home:
+        env = dict(os.environ)
+        env.update(stack.airflow_env())
+        env.update(
+            {
+                "AIRFLOW_HOME": home,
+                "AIRFLOW__CORE__DAGS_FOLDER": str(dags_folder),
+                "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+                "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
+                "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            }
+        )
+        airflow = [sys.executable, "-m", "airflow"]
+        conf = json.dumps({"s3_uri": dataset.s3_uri if dataset else f"s3://{args.bucket}/nothing/*.parquet"})
+        steps = [
+            (airflow + ["db", "migrate"], True),
+            (airflow + ["dags", "reserialize"], True),
+            (airflow + ["dags", "test", DEMO_DAG_ID, "-c", conf], False),
+        ]
+        for argv, quiet in steps:
+            print("$ airflow " + " ".join(shlex.quote(a) for a in argv[3:]), flush=True)
+            t0 = time.monotonic()
+            out = subprocess.run(argv, env=env, capture_output=quiet, text=True, check=False)
+            if out.returncode != 0:
+                if quiet:
+                    print(out.stdout[-4000:], out.stderr[-4000:], sep="\n")
+                print(f"demo failed at: {' '.join(argv[3:])}", file=sys.stderr)
+                return 1
+            print(f"  ok ({time.monotonic() - t0:.1f} s)", flush=True)
+        result = read_xcom(Path(home), DEMO_DAG_ID, "load_posts")
+    rows_in_table = stack.clickhouse_client().execute("SELECT count() FROM default.posts")[0][0]
+    print_figures(result, rows_in_table, dataset.rows if dataset else 0)
+    return 0 if result and result.get("written_rows") == (dataset.rows if dataset else 0) else 1
 
 
 def print_figures(result: dict[str, Any] | None, rows_in_table: int, sample_rows: int) -> None:
@@ -129,11 +193,29 @@ def print_figures(result: dict[str, Any] | None, rows_in_table: int, sample_rows
         print("no XCom found: the load did not run")
         return
     keys = [
-        "query_id", "strategy", "strategy_reason", "files", "bytes", "format", "written_rows", "written_bytes",
-        "read_rows", "read_bytes", "duration_ms", "rows_per_second", "memory_usage", "wall_ms",
+        "query_id",
+        "strategy",
+        "strategy_reason",
+        "files",
+        "bytes",
+        "format",
+        "written_rows",
+        "written_bytes",
+        "read_rows",
+        "read_bytes",
+        "duration_ms",
+        "rows_per_second",
+        "memory_usage",
+        "wall_ms",
+        "workload",
+        "admission_wait_ms",
+        "run_ms",
     ]
     for key in keys:
         print(f"{key:>18}: {result.get(key)}")
+    created = (result.get("table_changes") or {}).get("created")
+    if created:
+        print(f"{'table created':>18}: {created} from the files' columns")
     print(f"{'settings':>18}:")
     for name, value in result.get("settings", {}).items():
         print(f"{'':>20}{name} = {value}  ({result.get('settings_reasons', {}).get(name, '')})")
@@ -143,7 +225,9 @@ def print_figures(result: dict[str, Any] | None, rows_in_table: int, sample_rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="s3ch-local", description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="s3ch-local", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     up = sub.add_parser("up", help="start the stack and print AIRFLOW_CONN_* variables")
     _add_stack_args(up)

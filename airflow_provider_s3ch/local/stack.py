@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import secrets
@@ -26,10 +27,14 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from airflow_provider_s3ch.core.plan.workload import parse_size
+
 DEFAULT_CLUSTER = "s3ch_local"
 DEFAULT_REGION = "eu-west-3"
 DEFAULT_BUCKET = "s3ch-sample"
 S3_ACCESS_KEY = "s3ch-local-access-key"
+#: The workload of loads when the stack starts with ``workload_memory``, under the root workload ``all``.
+WORKLOAD = "loads"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
@@ -46,13 +51,20 @@ def _port_open(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    """Make the child get SIGTERM if the process that started it dies (Linux)."""
+#: Signals held back while a child process starts (see ``LocalStack._spawn``).
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+
+
+def _die_with_parent(parent: int, mask: set[signal.Signals]) -> None:  # pragma: no cover - runs in the child
+    """Make the child get SIGTERM if the process that started it dies (Linux); give it the parent's signal mask."""
     os.setsid()
     with contextlib.suppress(Exception):
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if os.getppid() != parent:  # the parent died before PR_SET_PDEATHSIG took effect
+        os._exit(1)
 
 
 @dataclass
@@ -89,6 +101,10 @@ class LocalStack:
     :param password: the ClickHouse ``default`` user's password; random if None.
     :param cluster: the cluster's name in ``remote_servers``.
     :param start_timeout: seconds to wait for each server to answer.
+    :param workload_memory: when given (``"3Gi"``, ``"3G"`` or bytes, as ClickHouse writes sizes), each node
+        gets workload scheduling for loads: ``CREATE RESOURCE memory (MEMORY RESERVATION)``, ``CREATE
+        WORKLOAD all SETTINGS max_memory = <workload_memory>`` and ``CREATE WORKLOAD loads IN all`` (each
+        node its own: there is no Keeper), and the ClickHouse connection's extra ``workload`` is ``loads``.
     """
 
     def __init__(
@@ -99,9 +115,16 @@ class LocalStack:
         password: str | None = None,
         cluster: str = DEFAULT_CLUSTER,
         start_timeout: float = 90.0,
+        workload_memory: str | int | None = None,
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
+        if workload_memory is not None and parse_size(workload_memory) is None:
+            raise ValueError(
+                f"workload_memory={workload_memory!r} is not a size as ClickHouse writes it: give bytes or a whole "
+                "number with K, M, G, T (powers of 1000) or Ki, Mi, Gi, Ti (powers of 1024), e.g. '3Gi'"
+            )
+        self.workload_memory = workload_memory
         self.node_count = nodes
         self.region = region
         self.cluster = cluster
@@ -116,6 +139,7 @@ class LocalStack:
         self.nodes: list[NodeInfo] = []
         self.s3_port = 0
         self._s3_process: subprocess.Popen[bytes] | None = None
+        self._spawned: list[subprocess.Popen[bytes]] = []
         self._started = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -146,6 +170,9 @@ class LocalStack:
                 )
             for node in self.nodes:
                 self._wait_node(node)
+            if self.workload_memory is not None:
+                for sql in self.workload_ddl():
+                    self.execute_on_all(sql)
         except BaseException:
             self.stop()
             raise
@@ -157,6 +184,9 @@ class LocalStack:
             self._terminate(node.process)
             node.process = None
         self.stop_s3()
+        for proc in self._spawned:  # one a signal interrupted before it was recorded above
+            self._terminate(proc)
+        self._spawned.clear()
         if self._own_workdir and self.workdir.exists():
             shutil.rmtree(self.workdir, ignore_errors=True)
         self._started = False
@@ -232,6 +262,16 @@ class LocalStack:
         for i in range(len(self.nodes)):
             self.clickhouse_client(i).execute(sql)
 
+    def workload_ddl(self) -> list[str]:
+        """The statements that give a node workload scheduling for loads (``workload_memory``)."""
+        value = self.workload_memory
+        size = str(value) if isinstance(value, int) else "'" + str(value).strip().strip("'") + "'"
+        return [
+            "CREATE RESOURCE IF NOT EXISTS memory (MEMORY RESERVATION)",
+            f"CREATE OR REPLACE WORKLOAD all SETTINGS max_memory = {size}",
+            f"CREATE OR REPLACE WORKLOAD {WORKLOAD} IN all",
+        ]
+
     def create_distributed_table(
         self,
         name: str,
@@ -260,13 +300,15 @@ class LocalStack:
         return f"{database}.{name}", f"{database}.{local}"
 
     def clickhouse_connection(self, node: int = 0, **extra: Any) -> dict[str, Any]:
-        """The ``clickhouse`` Airflow connection (as a JSON-able dict) for one node."""
+        """The ``clickhouse_native`` Airflow connection (as a JSON-able dict) for one node."""
         conn_extra: dict[str, Any] = {"region": self.region, "s3_endpoint_url": self.s3_endpoint}
         if self.node_count > 1:
             conn_extra["cluster"] = self.cluster
+        if self.workload_memory is not None:
+            conn_extra["workload"] = WORKLOAD
         conn_extra.update(extra)
         return {
-            "conn_type": "clickhouse",
+            "conn_type": "clickhouse_native",
             "host": "127.0.0.1",
             "port": self.nodes[node].tcp_port,
             "login": self.user,
@@ -285,9 +327,9 @@ class LocalStack:
         }
 
     def airflow_env(
-        self, clickhouse_conn_id: str = "clickhouse_default", aws_conn_id: str = "aws_default"
+        self, clickhouse_conn_id: str = "clickhouse_native_default", aws_conn_id: str = "aws_default"
     ) -> dict[str, str]:
-        """``AIRFLOW_CONN_*`` variables for this stack (by default ``CLICKHOUSE_DEFAULT`` and ``AWS_DEFAULT``).
+        """``AIRFLOW_CONN_*`` variables for this stack (by default ``CLICKHOUSE_NATIVE_DEFAULT``, ``AWS_DEFAULT``).
 
         :param clickhouse_conn_id: the ClickHouse connection's id.
         :param aws_conn_id: the AWS connection's id.
@@ -299,7 +341,7 @@ class LocalStack:
 
     @contextlib.contextmanager
     def environ(
-        self, clickhouse_conn_id: str = "clickhouse_default", aws_conn_id: str = "aws_default"
+        self, clickhouse_conn_id: str = "clickhouse_native_default", aws_conn_id: str = "aws_default"
     ) -> Iterator[dict[str, str]]:
         """Set :meth:`airflow_env` in ``os.environ`` for the duration of the block."""
         env = self.airflow_env(clickhouse_conn_id, aws_conn_id)
@@ -316,18 +358,32 @@ class LocalStack:
 
     # ------------------------------------------------------------------ internals
     def _spawn(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        """Start a child process; :meth:`stop` ends it, also when a signal's handler raises during the start.
+
+        The stop signals are held back until the child is recorded in ``_spawned``: a handler
+        that raises inside ``Popen`` would lose a child that had already been forked. The
+        child's temporary files go into the workdir, which :meth:`stop` removes.
+        """
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
+        env["TMPDIR"] = str(self.workdir / "tmp")
+        (self.workdir / "tmp").mkdir(parents=True, exist_ok=True)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            return subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                preexec_fn=_die_with_parent,
-            )
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+        try:
+            with open(log_path, "ab") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    preexec_fn=functools.partial(_die_with_parent, os.getpid(), mask),
+                )
+            self._spawned = [p for p in self._spawned if p.poll() is None] + [proc]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        return proc
 
     @staticmethod
     def _terminate(proc: subprocess.Popen[bytes] | None) -> None:
@@ -382,8 +438,8 @@ class LocalStack:
             for n in self.nodes
         )
         config = f"""<clickhouse>
-    <path>{escape(str(node.workdir / 'data'))}/</path>
-    <user_files_path>{escape(str(node.workdir / 'user_files'))}/</user_files_path>
+    <path>{escape(str(node.workdir / "data"))}/</path>
+    <user_files_path>{escape(str(node.workdir / "user_files"))}/</user_files_path>
     <listen_host>127.0.0.1</listen_host>
     <tcp_port>{node.tcp_port}</tcp_port>
     <http_port>{node.http_port}</http_port>
@@ -396,7 +452,7 @@ class LocalStack:
     <remote_servers>
         <{self.cluster}>{shards}</{self.cluster}>
     </remote_servers>
-    <user_directories><users_xml><path>{escape(str(node.workdir / 'users.xml'))}</path></users_xml></user_directories>
+    <user_directories><users_xml><path>{escape(str(node.workdir / "users.xml"))}</path></users_xml></user_directories>
 </clickhouse>
 """
         (node.workdir / "config.xml").write_text(config)

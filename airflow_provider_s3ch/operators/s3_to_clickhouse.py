@@ -16,10 +16,12 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 
 from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
+from airflow_provider_s3ch.core.lineage import LoadFacts, outlet_extra
 from airflow_provider_s3ch.core.metrics import load_metrics, summary
 from airflow_provider_s3ch.core.models import (
     Check,
     ClusterNode,
+    LoadMetrics,
     LoadPlan,
     LoadRequest,
     Manifest,
@@ -40,13 +42,32 @@ from airflow_provider_s3ch.core.recovery import (
     plan_steps,
     prepare_statements,
 )
-from airflow_provider_s3ch.core.schema import add_check, check_schema, sample_file, schema_reads, unchecked
+from airflow_provider_s3ch.core.schema import (
+    Column,
+    add_check,
+    check_schema,
+    left_out,
+    sample_file,
+    schema_reads,
+    unchecked,
+)
 from airflow_provider_s3ch.core.sql import RenderedSQL, render_describe, render_insert, scrub
+from airflow_provider_s3ch.core.tables import (
+    Evolution,
+    TableSpec,
+    creation,
+    evolution_skipped,
+    evolve,
+    planned_table,
+    with_added,
+)
 from airflow_provider_s3ch.errors import ClickHouseQueryError, ClickHouseUnavailableError, LoadError, provider_errors
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.columns import describe, table_columns
 from airflow_provider_s3ch.hooks.query_log import QueryLog
 from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
+from airflow_provider_s3ch.hooks.tables import has_keeper, run_ddl
+from airflow_provider_s3ch.lineage import operator_lineage
 
 #: How long a retry waits for an earlier try's query that still runs on the server.
 DEFAULT_EARLIER_TRY_TIMEOUT = 6 * 3600.0
@@ -68,7 +89,7 @@ class S3ToClickHouseOperator(BaseOperator):
     :param s3_uri: ``s3://bucket/key-or-glob``; globs follow ClickHouse: ``*``, ``**``,
         ``?``, ``{a,b}``, ``{N..M}``. (templated)
     :param table: the target, ``database.table`` or ``table``. (templated)
-    :param clickhouse_conn_id: the ``clickhouse`` connection. (templated)
+    :param clickhouse_conn_id: a ``clickhouse_native`` or ``clickhouse`` connection (docs/connections.md). (templated)
     :param aws_conn_id: the ``aws`` connection used to list the bucket and whose
         credentials ClickHouse reads with; no credentials means a public bucket. (templated)
     :param format: ClickHouse input format; detected from the keys' extensions if None. (templated)
@@ -76,6 +97,13 @@ class S3ToClickHouseOperator(BaseOperator):
     :param structure: column structure for formats without names, e.g. ``'a UInt32, b String'``. (templated)
     :param memory_cap: the load's memory cap: bytes, or a string like ``"8GiB"``; default:
         half of the server's memory. (templated)
+    :param workload: the server's workload the load runs in (ClickHouse's workload scheduling): the
+        insert runs with ``workload`` and ``reserve_memory`` = the per-node memory budget, so the
+        server admits it once that much of the workload's memory is free and many loads queue
+        instead of running out of memory together. The plan checks that the workload and a
+        ``MEMORY RESERVATION`` resource exist and that the reservation fits the workload's
+        ``max_memory``, and fails before anything runs when they do not. Default: the connection's
+        extra ``workload``; ``""`` runs without one (docs/many-loads.md). (templated)
     :param region_check: what to do when the bucket is in another region than the server:
         ``warn``, ``fail`` or ``off``.
     :param settings: ClickHouse settings that override the planned ones. (templated)
@@ -94,8 +122,25 @@ class S3ToClickHouseOperator(BaseOperator):
         (default): a table column the file lacks that has no DEFAULT (MATERIALIZED, ALIAS,
         EPHEMERAL) expression, a file column the table lacks, or a nested type against a plain one
         fails the task (:class:`SchemaError`);
-        ``ignore_extra``: the same, but file columns the table lacks are left out; ``warn``: report
+        ``ignore_extra``: the same as ``on_schema_change='ignore_extra'``; ``warn``: report
         the problems and load as the server would; ``off``: no check.
+    :param create_table: ``never`` (default): the target must exist; ``if_missing``: create it from the
+        server's schema inference over the files (``DESCRIBE s3(…)``, the union of the files' columns)
+        with ``CREATE TABLE IF NOT EXISTS``: key columns not nullable, the others as inferred with a
+        default. A ``strategy='distributed'`` load creates ``<name>_local`` on every node and a
+        ``Distributed`` table over them. A dry run shows the DDL and creates nothing.
+    :param order_by: the created table's sorting key: a column, a list of columns or an expression
+        (required with ``create_table='if_missing'``). (templated)
+    :param partition_by: the created table's partition key, e.g. ``'toYYYYMM(ts)'``. (templated)
+    :param primary_key: the created table's primary key when it differs from ``order_by``.
+    :param engine: the created table's engine, MergeTree family (default ``MergeTree``).
+    :param table_settings: the created table's settings (``SETTINGS index_granularity = …``).
+    :param on_schema_change: what happens when the files hold columns the target lacks: ``fail``
+        (default): the schema check's error; ``add_columns``: ``ALTER TABLE … ADD COLUMN`` with the
+        inferred type and a default (old rows read NULL), on a Distributed target on every node's
+        local table and the Distributed table; ``ignore_extra``: load the target's columns only, the
+        left-out columns named in the warnings and the XCom. A column is never dropped, a type never
+        changed. (templated)
 
     Retries: the query id is ``s3ch-<stem>-try<N>``, the stem fixed per task instance and
     load configuration (a retry after the DAG's ``s3_uri``, table, mode, format, compression,
@@ -114,9 +159,13 @@ class S3ToClickHouseOperator(BaseOperator):
         "compression",
         "structure",
         "memory_cap",
+        "workload",
         "settings",
         "cluster",
         "mode",
+        "order_by",
+        "partition_by",
+        "on_schema_change",
     )
     template_fields_renderers = {"settings": "json"}
     ui_color = "#ffcc01"
@@ -126,12 +175,13 @@ class S3ToClickHouseOperator(BaseOperator):
         *,
         s3_uri: str,
         table: str,
-        clickhouse_conn_id: str = "clickhouse_default",
+        clickhouse_conn_id: str = "clickhouse_native_default",
         aws_conn_id: str | None = "aws_default",
         format: str | None = None,  # noqa: A002 - ClickHouse's own word
         compression: str | None = None,
         structure: str | None = None,
         memory_cap: int | str | None = None,
+        workload: str | None = None,
         region_check: str = "warn",
         settings: dict[str, Any] | None = None,
         strategy: str = "auto",
@@ -140,6 +190,13 @@ class S3ToClickHouseOperator(BaseOperator):
         mode: str = "append",
         earlier_try_timeout: float = DEFAULT_EARLIER_TRY_TIMEOUT,
         schema_check: str = "strict",
+        create_table: str = "never",
+        order_by: str | list[str] | None = None,
+        partition_by: str | None = None,
+        primary_key: str | list[str] | None = None,
+        engine: str | None = None,
+        table_settings: dict[str, Any] | None = None,
+        on_schema_change: str = "fail",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -151,6 +208,7 @@ class S3ToClickHouseOperator(BaseOperator):
         self.compression = compression
         self.structure = structure
         self.memory_cap = memory_cap
+        self.workload = workload
         self.region_check = region_check
         self.settings = settings
         self.strategy = strategy
@@ -159,6 +217,13 @@ class S3ToClickHouseOperator(BaseOperator):
         self.mode = mode
         self.earlier_try_timeout = earlier_try_timeout
         self.schema_check = schema_check
+        self.create_table = create_table
+        self.order_by = order_by
+        self.partition_by = partition_by
+        self.primary_key = primary_key
+        self.engine = engine
+        self.table_settings = table_settings
+        self.on_schema_change = on_schema_change
         self._running: tuple[ClickHouseHook, list[str], Sequence[ClusterNode]] | None = None
 
     # ------------------------------------------------------------------ steps
@@ -172,6 +237,7 @@ class S3ToClickHouseOperator(BaseOperator):
                 compression=self.compression or None,
                 structure=self.structure or None,
                 memory_cap=self.memory_cap,
+                workload=self.workload,
                 region_check=self.region_check,
                 settings=self.settings,
                 strategy=self.strategy,
@@ -179,6 +245,18 @@ class S3ToClickHouseOperator(BaseOperator):
                 dry_run=self.dry_run,
                 mode=self.mode,
                 schema_check=self.schema_check,
+                create_table=self.create_table,
+                on_schema_change=self.on_schema_change,
+            )
+
+    def table_spec(self, request: LoadRequest) -> TableSpec | None:
+        """The table to create when it is missing (``create_table='if_missing'``); None otherwise."""
+        if request.create_table != "if_missing":
+            return None
+        with provider_errors():
+            return TableSpec.from_arguments(
+                order_by=self.order_by or None, partition_by=self.partition_by or None,
+                primary_key=self.primary_key or None, engine=self.engine, settings=self.table_settings,
             )
 
     def query_id(self, context: Context, request: LoadRequest | None = None) -> QueryId:
@@ -199,8 +277,11 @@ class S3ToClickHouseOperator(BaseOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         """Load, every error the provider's (:class:`~airflow_provider_s3ch.errors.S3chError`)."""
+        self._lineage_facts = None
         with provider_errors():
-            return self._load(context)
+            result = self._load(context)
+        self._outlet_events(context, result)
+        return result
 
     def _load(self, context: Context) -> dict[str, Any]:
         started = time.monotonic()
@@ -213,19 +294,17 @@ class S3ToClickHouseOperator(BaseOperator):
                       manifest.region)
         hook = ClickHouseHook(self.clickhouse_conn_id)
         try:
-            profile = hook.get_profile(request.table, cluster=request.cluster)
             url = object_url(request.bucket, request.key_pattern,
                              endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
                              archive_syntax=archive_path_syntax(request.settings))
-            plan = make_plan(request, manifest, profile, source_url=url)
-            add_check(plan, self._check_schema(hook, source, request, plan, manifest, profile.table))
+            profile, plan, table = self._target(hook, source, request, manifest, url)
             steps = plan_steps(request.mode, profile.table, query_id.stem)
             rendered = render_insert(plan, source.credentials(), target=steps.staging)
             self._log_plan(plan, steps, rendered.redacted, profile)
             if request.dry_run:
                 return {"dry_run": True, "query_id": str(query_id), "sql": rendered.redacted,
                         "plan": plan.model_dump(mode="json"), "mode": steps.mode,
-                        "steps": steps.model_dump(mode="json")}
+                        "steps": steps.model_dump(mode="json"), "table_changes": table}
             distributed = plan.strategy == "distributed"
             fan_out = profile.nodes if distributed or profile.table.is_distributed else []
             queries = QueryLog(hook)
@@ -237,16 +316,20 @@ class S3ToClickHouseOperator(BaseOperator):
             metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
                                    distributed=distributed, target_distributed=profile.table.is_distributed)
             partitions = self._finalize(hook, steps) if steps.staging is not None else []
+            self._keep_lineage(hook, request, manifest, profile, table, steps, metrics, partitions, attached_to,
+                               rendered.redacted)
         finally:
             hook.close()
         result = summary(plan, metrics, wall_ms=int((time.monotonic() - started) * 1000))
         result.update({"mode": steps.mode, "mode_reason": steps.reason, "attached_to": attached_to,
                        "staging_table": str(steps.staging) if steps.staging else None,
-                       "resume_reason": resume.reason, "partitions": partitions,
+                       "resume_reason": resume.reason, "partitions": partitions, "table_changes": table,
                        "warnings": [*result["warnings"], *steps.warnings]})
-        self.log.info("%s %d rows (%d bytes) in %d ms: %.0f rows/s, peak memory %d bytes; %s",
+        self.log.info("%s %d rows (%d bytes) in %d ms%s: %.0f rows/s, peak memory %d bytes; %s",
                       f"Took the figures of earlier try {attached_to}:" if attached_to else "Loaded",
-                      metrics.written_rows, metrics.written_bytes, metrics.duration_ms, metrics.rows_per_second,
+                      metrics.written_rows, metrics.written_bytes, metrics.duration_ms,
+                      f" (waited {metrics.admission_wait_ms} ms for admission, ran {metrics.run_ms} ms)"
+                      if metrics.admission_wait_ms else "", metrics.rows_per_second,
                       metrics.memory_usage, f"{steps.mode} of partitions {', '.join(partitions)}" if partitions
                       else steps.mode)
         return result
@@ -258,14 +341,81 @@ class S3ToClickHouseOperator(BaseOperator):
                 self.log.info("Killing query %s", query_id)
                 hook.kill_query(query_id, nodes)
 
+    # ------------------------------------------------------------------ the target's table
+    def _target(
+        self, hook: ClickHouseHook, source: S3Source, request: LoadRequest, manifest: Manifest, url: str
+    ) -> tuple[ServerProfile, LoadPlan, dict[str, Any]]:
+        """The profile and plan for the target: created first when missing (``create_table``), its columns
+        added under ``on_schema_change='add_columns'``, and checked against the files. A dry run changes
+        nothing: it plans against the table as it would be."""
+        spec = self.table_spec(request)
+        target = request.table.model_copy(update={"database": request.table.database or hook.database})
+        missing = None if spec is None else planned_table(
+            target, spec, distributed=request.strategy == "distributed", cluster=request.cluster or hook.cluster)
+        profile = hook.get_profile(request.table, cluster=request.cluster, missing=missing, workload=request.workload)
+        plan = make_plan(request, manifest, profile, source_url=url)
+        keeper = profile.table.is_distributed and has_keeper(hook)
+        report: dict[str, Any] = {"created": None, "ddl": [], "added_columns": [], "left_out_columns": [],
+                                  "on_schema_change": request.schema_change}
+        columns: list[Column] | None = None
+        if spec is not None and not profile.table.exists:
+            made = creation(target, self._describe_files(hook, source, request, plan), spec, file=request.s3_uri,
+                            distributed=profile.table.is_distributed, cluster=profile.cluster, keeper=keeper)
+            report.update(created=made.how, ddl=[d.sql for d in made.statements])
+            self.log.info("Table %s.%s is missing: %s", target.database, target.name,
+                          "a dry run creates nothing" if request.dry_run else f"creating it, {made.how}")
+            for ddl in made.statements:
+                self.log.info("DDL: %s", ddl.sql)
+            if request.dry_run:
+                columns = made.columns
+            else:
+                run_ddl(hook, made.statements, profile.nodes, self.log)
+                profile = hook.get_profile(request.table, cluster=request.cluster, workload=request.workload)
+                plan = make_plan(request, manifest, profile, source_url=url)
+        columns = columns if columns is not None else table_columns(hook, profile.table)
+        evolution = Evolution(policy=request.schema_change)
+        skipped = evolution_skipped(plan.format, plan.structure) if request.schema_change == "add_columns" else None
+        if skipped:
+            plan.warnings.append(skipped)
+        elif request.schema_change == "add_columns":
+            evolution = evolve(profile.table, columns, self._describe_files(hook, source, request, plan),
+                               policy="add_columns", file=request.s3_uri, keeper=keeper)
+        check, file_columns, sample = self._check_schema(hook, source, request, plan, manifest, profile.table,
+                                                         with_added(columns, evolution))
+        add_check(plan, check)
+        if evolution.statements:
+            report.update(added_columns=evolution.added_names, ddl=[*report["ddl"], *(d.sql for d in evolution.statements)])
+            for ddl in evolution.statements:
+                self.log.info("DDL: %s", ddl.sql)
+            if not request.dry_run:
+                run_ddl(hook, evolution.statements, profile.nodes, self.log)
+        if file_columns is not None and sample is not None:
+            report["left_out_columns"] = left_out(file_columns, with_added(columns, evolution), file=sample,
+                                                  settings=request.settings)
+            if report["left_out_columns"]:
+                plan.warnings.append(
+                    f"file columns {', '.join(report['left_out_columns'])} of {sample} are not in table "
+                    f"{target.database}.{target.name}: left out (on_schema_change={request.schema_change!r}, "
+                    f"schema_check={request.schema_check!r})"
+                )
+        return profile, plan, report
+
+    def _describe_files(self, hook: ClickHouseHook, source: S3Source, request: LoadRequest, plan: LoadPlan) -> list[Column]:
+        """The files' columns as the server infers them over the whole glob, united
+        (``schema_inference_mode='union'`` unless the settings say otherwise), or the structure's."""
+        settings = {"schema_inference_mode": "union", **request.settings}
+        return describe(hook, render_describe(plan, source.credentials(), url=plan.source_url,
+                                              structure=plan.structure is not None, settings=settings))
+
     def _check_schema(
         self, hook: ClickHouseHook, source: S3Source, request: LoadRequest, plan: LoadPlan, manifest: Manifest,
-        table: TableInfo,
-    ) -> Check:
-        """The first file's columns (the server's schema inference) or the structure's against the target's."""
+        table: TableInfo, target: list[Column],
+    ) -> tuple[Check, list[Column] | None, str | None]:
+        """The first file's columns (the server's schema inference) or the structure's against the target's
+        (``target``: the table's columns as they will be); with the file's columns and name when read."""
         reads, sample = schema_reads(request.schema_check, plan.format, plan.structure), sample_file(plan, manifest)
         if reads.skipped is not None or sample is None:
-            return reads.skipped or unchecked("every file is empty")
+            return reads.skipped or unchecked("every file is empty"), None, None
         name, url = sample
         try:
             described = {
@@ -275,12 +425,14 @@ class S3ToClickHouseOperator(BaseOperator):
             }
         except (ClickHouseQueryError, LoadError) as exc:  # the load itself may still work: it says so
             why = scrub(str(exc).partition("; retrying")[0], source.credentials())
-            return unchecked(f"the server could not describe {name}: {why}")
-        return check_schema(
-            table_columns(hook, table), file=name, table=f"{table.database}.{table.name}", fmt=plan.format,
+            return unchecked(f"the server could not describe {name}: {why}"), None, None
+        check = check_schema(
+            target, file=name, table=f"{table.database}.{table.name}", fmt=plan.format,
             policy=request.schema_check, file_columns=described.get("file"),
             structure_columns=described.get("structure"), settings=request.settings,
+            on_schema_change=request.schema_change,
         )
+        return check, described.get("file") if plan.structure is None else None, name
 
     # ------------------------------------------------------------------ retries and staging
     def _resume(
@@ -368,3 +520,55 @@ class S3ToClickHouseOperator(BaseOperator):
             log.warning("%s", warning)
         log.info("SQL: %s", redacted_sql)
         log.info("Mode %s: %s", steps.mode, steps.reason)
+
+    # ------------------------------------------------------------------ lineage and assets
+    def _keep_lineage(
+        self, hook: ClickHouseHook, request: LoadRequest, manifest: Manifest, profile: ServerProfile,
+        report: dict[str, Any], steps: LoadSteps, metrics: LoadMetrics, partitions: list[str],
+        attached_to: str | None, redacted_sql: str,
+    ) -> None:
+        """Keep what the load's lineage and asset events say (names, the table's columns, the figures; no
+        credentials) for :meth:`get_openlineage_facets_on_complete` and :meth:`_outlet_events`."""
+        try:
+            columns = table_columns(hook, profile.table)
+        except Exception as exc:  # noqa: BLE001 - lineage goes without the schema; the load stands
+            self.log.warning("Lineage: could not read the columns of %s.%s: %s", profile.table.database,
+                             profile.table.name, exc)
+            columns = []
+        self._lineage_facts = LoadFacts(
+            bucket=request.bucket, objects=manifest.objects, host=hook.host, port=hook.port,
+            database=profile.table.database, table=profile.table.name, columns=columns,
+            query_id=metrics.query_id, written_rows=metrics.written_rows, written_bytes=metrics.written_bytes,
+            read_rows=metrics.read_rows, read_bytes=metrics.read_bytes, mode=steps.mode,
+            created=bool(report.get("created")), partitions=partitions,
+            attached_to=attached_to, sql=redacted_sql,
+        )
+
+    def _outlet_events(self, context: Context, result: dict[str, Any]) -> None:
+        """The task's asset events: a load's carry its figures in ``extra``; a dry run emits none.
+
+        Airflow emits an event for every asset in ``outlets`` when the task succeeds; a dry run changed
+        nothing, so it takes its assets out of this run's ``outlets`` (the task still succeeds)."""
+        from airflow.sdk import Asset
+        from airflow.sdk.definitions.asset import BaseAsset
+
+        if result.get("dry_run"):
+            assets = [o for o in self.outlets if isinstance(o, BaseAsset)]
+            if assets:
+                self.outlets = [o for o in self.outlets if not isinstance(o, BaseAsset)]
+                self.log.info("Dry run: no asset event for %s", ", ".join(map(repr, assets)))
+            return
+        events = context.get("outlet_events")
+        facts = getattr(self, "_lineage_facts", None)
+        if events is None or facts is None:
+            return
+        extra = outlet_extra(facts)
+        for outlet in self.outlets:
+            if isinstance(outlet, Asset):
+                events[outlet].extra.update(extra)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the files read (``s3://bucket``, per file or grouped), the table written
+        (``clickhouse://host:port``, ``database.table``) with its columns and the rows and bytes written
+        (:mod:`airflow_provider_s3ch.lineage`); nothing for a dry run."""
+        return operator_lineage(getattr(self, "_lineage_facts", None))

@@ -1,9 +1,12 @@
-"""The backfill example through Airflow (`airflow dags test`) on the real local stack:
-running one month twice gives the same rows, and the other months are untouched."""
+"""The backfill example through Airflow on the real local stack: running one month twice
+(`airflow dags test`) gives the same rows, and the other months are untouched; a manual run
+(`airflow dags trigger`) loads the month of its logical date, not of its data interval."""
 
 from __future__ import annotations
 
+import datetime
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,3 +70,77 @@ def test_rerunning_a_month_gives_the_same_rows(tmp_path: Path, backfill_stack: L
         f"\nbackfill: after 2008-07 {after_july[:2]}; after 2008-08 run 1 {after_first[:2]}, "
         f"run 2 {after_second[:2]}; run 2 query {second['query_id']} attached_to={second['attached_to']}"
     )
+
+
+def _run_row(home: Path, run_id: str) -> dict[str, datetime.datetime | None]:
+    """The run's logical date, data interval start and run_after as Airflow stored them (UTC)."""
+    with sqlite3.connect(home / "airflow.db") as conn:
+        row = conn.execute(
+            "SELECT logical_date, data_interval_start, run_after FROM dag_run WHERE dag_id = ? AND run_id = ?",
+            (DAG_ID, run_id),
+        ).fetchone()
+    assert row is not None, run_id
+    names = ("logical_date", "data_interval_start", "run_after")
+    return {
+        name: None if value is None else datetime.datetime.fromisoformat(value).replace(tzinfo=datetime.timezone.utc)
+        for name, value in zip(names, row, strict=True)
+    }
+
+
+def _trigger(home: Path, stack: LocalStack, run_id: str, conf: dict, logical_date: str | None) -> None:
+    """``airflow dags trigger``: a manual run, queued."""
+    args = ["dags", "trigger", DAG_ID, "-r", run_id, "-c", json.dumps(conf)]
+    out = _airflow(home, ROOT / "example_dags", stack, *args, *(["-l", logical_date] if logical_date else []))
+    assert out.returncode == 0, (out.stdout + out.stderr)[-5000:]
+
+
+def _run_tasks(home: Path, stack: LocalStack, run_id: str) -> None:
+    """Each task of the run, in that run (its logical date, data interval and conf), with ``airflow tasks test``."""
+    for task_id in ("create_table", "load_month"):
+        out = _airflow(home, ROOT / "example_dags", stack, "tasks", "test", DAG_ID, task_id, run_id)
+        assert out.returncode == 0, (out.stdout + out.stderr)[-5000:]
+        assert "NoObjectsError" not in out.stdout + out.stderr, (out.stdout + out.stderr)[-5000:]
+
+
+def _file_rows(stack: LocalStack, bucket: str, key: str) -> int:
+    url = f"{stack.s3_endpoint}/{bucket}/{key}"
+    sql = f"SELECT count() FROM s3('{url}', '{stack.s3_access_key}', '{stack.s3_secret_key}', 'Parquet')"
+    return int(stack.clickhouse_client().execute(sql)[0][0])
+
+
+def _months(stack: LocalStack, table: str) -> dict[int, int]:
+    rows = stack.clickhouse_client().execute(f"SELECT toYYYYMM(CreationDate) AS m, count() FROM {table} GROUP BY m")
+    return {int(m): int(n) for m, n in rows}
+
+
+def test_manual_runs_load_the_month_they_name(tmp_path: Path, backfill_stack: LocalStack) -> None:
+    stack = backfill_stack
+    bucket = "s3ch-manual"
+    stack.create_bucket(bucket)
+    data = write_posts(stack.s3_client(), bucket, rows=6_100, months=6)  # 2008-07 .. 2008-12, uneven: 1017, 1017, …
+    september = next(key for key in data.keys if key.endswith("2008-09.parquet"))
+    home = tmp_path / "airflow"
+    home.mkdir()
+    for args in (("db", "migrate"), ("dags", "reserialize")):
+        out = _airflow(home, ROOT / "example_dags", stack, *args)
+        assert out.returncode == 0, out.stderr[-3000:]
+
+    # A manual run of a past date, mid-month: its data interval is the trigger time, its logical date 2008-09-15.
+    _trigger(home, stack, "manual_2008_09", {"bucket": bucket, "database": "manual_past"}, "2008-09-15")
+    _run_tasks(home, stack, "manual_2008_09")
+    run = _run_row(home, "manual_2008_09")
+    assert run["logical_date"] == datetime.datetime(2008, 9, 15, tzinfo=datetime.timezone.utc)
+    assert run["data_interval_start"] is not None and run["data_interval_start"].year > 2008
+    expected = _file_rows(stack, bucket, september)
+    assert expected > 0
+    assert _months(stack, "manual_past.posts") == {200809: expected}, "exactly the rows of 2008-09.parquet"
+
+    # A manual run without a logical date loads the month it was triggered in.
+    _trigger(home, stack, "manual_now", {"bucket": bucket, "database": "manual_now"}, None)
+    run = _run_row(home, "manual_now")
+    when = run["run_after"]
+    assert run["logical_date"] is None and when is not None
+    now = write_posts(stack.s3_client(), bucket, rows=321, months=1, start=(when.year, when.month), seed=7)
+    assert now.keys == [f"{data.prefix}{when:%Y-%m}.parquet"]
+    _run_tasks(home, stack, "manual_now")
+    assert _months(stack, "manual_now.posts") == {when.year * 100 + when.month: 321}

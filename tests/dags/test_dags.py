@@ -74,6 +74,12 @@ def test_example_dag_loads_the_sample(tmp_path: Path, dag_stack: LocalStack) -> 
     assert xcom["written_rows"] == data.rows == _query_log_written_rows(dag_stack, xcom["query_id"])
     assert dag_stack.clickhouse_client().execute("SELECT count() FROM default.posts")[0][0] == data.rows
     assert xcom["settings"]["max_memory_usage"] == 4 * 1024**3  # the DAG's memory_cap param, rendered
+    # The operator created the table from the files: the guide's keys, the key columns not nullable.
+    assert xcom["table_changes"]["created"] == "MergeTree table"
+    keys = dag_stack.clickhouse_client().execute(
+        "SELECT sorting_key, partition_key FROM system.tables WHERE database = 'default' AND name = 'posts'"
+    )
+    assert keys == [("PostTypeId, toDate(CreationDate), CreationDate", "toYYYYMM(CreationDate)")]
 
 
 def test_readme_style_dag_with_text_formats_and_globs(tmp_path: Path, dag_stack: LocalStack) -> None:
@@ -115,6 +121,7 @@ def test_cluster_example_dag_goes_distributed(tmp_path: Path) -> None:
         xcom = read_xcom(home, "s3_to_clickhouse_posts_cluster", "load_posts")
         assert xcom["strategy"] == "distributed"
         assert xcom["written_rows"] == data.rows
+        assert xcom["table_changes"]["created"] == "Distributed over MergeTree tables, node by node (the cluster has no Keeper)"
         per_node = {n["node"]: n["written_rows"] for n in xcom["nodes"]}
         assert len(per_node) == 3 and all(rows > 0 for rows in per_node.values())
         for node in stack.nodes:
@@ -128,7 +135,7 @@ def test_a_type_error_is_not_retried_and_a_server_that_does_not_answer_is(tmp_pa
     dag_stack.s3_client().put_object(Bucket="s3ch-retries", Key="typed/bad.csv", Body=b"id,name\nabc,x\n")
     ch = dag_stack.clickhouse_client()
     ch.execute("CREATE TABLE default.typed (id UInt64, name String) ENGINE = MergeTree ORDER BY id")
-    down = {"conn_type": "clickhouse", "host": "127.0.0.1", "port": free_port(), "extra": {"connect_timeout": 1}}
+    down = {"conn_type": "clickhouse_native", "host": "127.0.0.1", "port": free_port(), "extra": {"connect_timeout": 1}}
     home = tmp_path / "airflow"
     home.mkdir()
     dags = Path(__file__).parent / "dags"

@@ -125,12 +125,13 @@ def test_an_extra_file_column_fails_unless_told_to_ignore_it(stack: LocalStack, 
     table = _table(stack)
     with pytest.raises(SchemaError, match="file columns extra") as info:
         _load(table, id_name_extra)
-    assert "schema_check='ignore_extra'" in str(info.value)
+    assert "on_schema_change='ignore_extra'" in str(info.value)
     assert _rows(stack, table) == KEPT
 
-    result = _load(table, id_name_extra, schema_check="ignore_extra")
+    result = _load(table, id_name_extra, schema_check="ignore_extra")  # the older spelling of the same contract
     assert _rows(stack, table) == [*KEPT, (2, "b"), (3, "c")]
     assert _schema_check(result)["status"] == "ok" and "extra" in _schema_check(result)["message"]
+    assert result["table_changes"]["left_out_columns"] == ["extra"]
 
 
 def test_warn_loads_as_the_server_would_and_says_so(stack: LocalStack, xyz: str) -> None:

@@ -13,7 +13,8 @@ import airflow_provider_s3ch.core as core
 CORE = pathlib.Path(core.__file__).parent
 FORBIDDEN = ("boto3", "botocore", "clickhouse_driver", "airflow")
 SHELLS = ("airflow_provider_s3ch.hooks", "airflow_provider_s3ch.operators", "airflow_provider_s3ch.errors",
-          "airflow_provider_s3ch.local")
+          "airflow_provider_s3ch.local", "airflow_provider_s3ch.sensors", "airflow_provider_s3ch.triggers",
+          "airflow_provider_s3ch.lineage", "airflow_provider_s3ch.assets")
 
 
 def _imports(path: pathlib.Path) -> set[str]:

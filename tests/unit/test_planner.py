@@ -505,7 +505,7 @@ def test_plan_carries_inputs() -> None:
     assert p.compression == "zstd"
     assert p.structure == "a UInt8"
     assert p.manifest["files"] == 3
-    assert [c.name for c in p.checks] == ["region", "files_vs_nodes"]
+    assert [c.name for c in p.checks] == ["region", "files_vs_nodes", "workload"]
 
 
 def test_nameless_format_without_structure_warns() -> None:

@@ -6,8 +6,11 @@ import subprocess
 import sys
 import types
 
+from airflow.providers.common.sql.hooks.sql import DbApiHook
+
 from airflow_provider_s3ch import __version__, get_provider_info
 from airflow_provider_s3ch.core.recovery import QueryId
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 
 
@@ -15,12 +18,24 @@ def test_airflow_lists_the_provider_and_its_connection_type() -> None:
     code = (
         "from airflow.providers_manager import ProvidersManager as P; p = P(); "
         "print(p.providers['airflow-provider-s3ch'].version); "
-        "print(p.hooks['clickhouse'].hook_class_name)"
+        "print(p.hooks['clickhouse_native'].hook_class_name)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     lines = [line.strip() for line in out.stdout.splitlines()]
     assert __version__ in lines
     assert "airflow_provider_s3ch.hooks.clickhouse.ClickHouseHook" in lines
+
+
+def test_the_provider_registers_only_its_own_connection_type() -> None:
+    """``clickhouse`` (and ``clickhouse_default``) belong to Apache Airflow's ClickHouse provider."""
+    (conn_type,) = get_provider_info()["connection-types"]  # type: ignore[misc]
+    assert conn_type["connection-type"] == ClickHouseHook.conn_type == "clickhouse_native"
+    assert conn_type["hook-name"] == ClickHouseHook.hook_name == "ClickHouse (native protocol)"
+    assert ClickHouseHook.default_conn_name == "clickhouse_native_default"
+    assert S3ToClickHouseOperator(task_id="t", s3_uri="s3://b/k", table="t").clickhouse_conn_id == (
+        "clickhouse_native_default"
+    )
+    assert issubclass(ClickHouseHook, DbApiHook)
 
 
 def test_provider_info_names_the_operator_module() -> None:
@@ -59,6 +74,12 @@ def test_query_id_stem_follows_the_rendered_configuration() -> None:
     same = stem()
     assert stem() == same
     assert stem(memory_cap="2GiB") == same  # how it runs, not what it loads
-    for change in ({"s3_uri": "s3://b/2024-02/*.parquet"}, {"table": "db.u"}, {"mode": "overwrite"},
-                   {"format": "CSVWithNames"}, {"structure": "a UInt8"}, {"settings": {"max_threads": 2}}):
+    for change in (
+        {"s3_uri": "s3://b/2024-02/*.parquet"},
+        {"table": "db.u"},
+        {"mode": "overwrite"},
+        {"format": "CSVWithNames"},
+        {"structure": "a UInt8"},
+        {"settings": {"max_threads": 2}},
+    ):
         assert stem(**change) != same, change

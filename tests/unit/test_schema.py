@@ -66,7 +66,7 @@ def test_file_columns_unlike_the_table_fail_naming_the_file_the_columns_and_the_
     assert FILE in text and "db.t" in text
     assert "id UInt64, name String" in text and "x, y, z" in text
     assert "structure=" in text and "DEFAULT" in text and "schema_check='warn'" in text
-    assert "schema_check='ignore_extra'" in text
+    assert "on_schema_change='ignore_extra'" in text and "on_schema_change='add_columns'" in text
 
 
 def test_matching_columns_in_another_order_are_fine() -> None:
@@ -173,6 +173,8 @@ def test_type_families(type_name: str, base: str | None, family: str) -> None:
         ("Array(Int64)", "Array(String)", None),
         ("Nullable(String)", "UInt64", "warning"),
         ("Nullable(String)", "Decimal(10, 2)", "warning"),
+        ("Nullable(String)", "Nullable(UInt64)", "error"),  # text that is not a number would load as NULL
+        ("String", "Nullable(Float64)", "error"),
         ("Nullable(Float64)", "Int32", "warning"),
         ("Nullable(Int64)", "Float64", None),
         ("String", "JSON", None),

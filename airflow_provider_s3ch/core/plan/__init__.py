@@ -30,7 +30,13 @@ from airflow_provider_s3ch.core.plan.budget import (
     Budget,
     memory_budget,
 )
-from airflow_provider_s3ch.core.plan.checks import files_vs_nodes_check, region_check, row_group_check, structure_check
+from airflow_provider_s3ch.core.plan.checks import (
+    files_vs_nodes_check,
+    region_check,
+    row_group_check,
+    structure_check,
+    workload_check,
+)
 from airflow_provider_s3ch.core.plan.settings import (
     BLOCK_MEMORY_FACTOR,
     COMPRESSED_EXPANSION,
@@ -55,6 +61,7 @@ from airflow_provider_s3ch.core.plan.settings import (
     row_group_threads,
 )
 from airflow_provider_s3ch.core.plan.strategy import StrategyChoice, choose_strategy, distributed_possible
+from airflow_provider_s3ch.core.plan.workload import WorkloadLimit, chosen_workload, workload_limit
 from airflow_provider_s3ch.core.sizes import GiB, KiB, MiB, fmt_bytes
 
 __all__ = [
@@ -65,7 +72,7 @@ __all__ = [
     "Budget", "GiB", "KiB", "MiB", "StrategyChoice", "apply_overrides", "block_size", "choose_strategy",
     "distributed_possible", "expansion_factor", "files_vs_nodes_check", "fmt_bytes", "insert_threads",
     "make_plan", "memory_budget", "node_cores", "plan_settings", "region_check", "row_group_check",
-    "row_group_threads", "structure_check",
+    "row_group_threads", "structure_check", "WorkloadLimit", "chosen_workload", "workload_check", "workload_limit",
 ]  # fmt: skip
 
 
@@ -79,6 +86,8 @@ def make_plan(request: LoadRequest, manifest: Manifest, profile: ServerProfile, 
     :return: the plan.
     :raises PlanError: the memory cap is too small, or ``strategy="distributed"`` cannot run.
     :raises RegionMismatchError: regions differ and ``region_check="fail"``.
+    :raises PlanError: the load's workload is not set up on the server, or its reservation cannot fit
+        the workload's ``max_memory`` (:func:`workload_check`).
     """
     warnings: list[str] = []
     region = region_check(request, manifest, profile, source_url)
@@ -101,6 +110,9 @@ def make_plan(request: LoadRequest, manifest: Manifest, profile: ServerProfile, 
     structure_warning = structure_check(fmt, request.structure)
     if structure_warning:
         warnings.append(structure_warning)
+    workload = workload_check(request, profile, settings, budget, distributed)
+    if workload.status == "warn":
+        warnings.append(workload.message)
 
     return LoadPlan(
         table=request.table,
@@ -114,7 +126,7 @@ def make_plan(request: LoadRequest, manifest: Manifest, profile: ServerProfile, 
         settings=settings,
         budget_bytes=budget.per_node,
         budget_reason=budget.reason,
-        checks=[region, files_vs_nodes_check(manifest, profile, distributed)],
+        checks=[region, files_vs_nodes_check(manifest, profile, distributed), workload],
         warnings=warnings,
         manifest=manifest.summary(),
     )

@@ -1,14 +1,31 @@
-"""Pre-flight checks: region, files against nodes, Parquet row groups, nameless formats."""
+"""Pre-flight checks: region, files against nodes, Parquet row groups, nameless formats, the workload."""
 
 from __future__ import annotations
 
 from urllib.parse import urlsplit
 
-from airflow_provider_s3ch.core.errors import RegionMismatchError
+from airflow_provider_s3ch.core.errors import PlanError, RegionMismatchError
 from airflow_provider_s3ch.core.formats import NAMELESS_FORMATS
-from airflow_provider_s3ch.core.models import Check, LoadRequest, Manifest, ServerProfile
-from airflow_provider_s3ch.core.plan.budget import Budget
+from airflow_provider_s3ch.core.models import (
+    Check,
+    InsertSettings,
+    LoadRequest,
+    Manifest,
+    NodeWorkloads,
+    ServerProfile,
+)
+from airflow_provider_s3ch.core.plan.budget import DEFAULT_MEMORY_SHARE, Budget
 from airflow_provider_s3ch.core.plan.settings import ROW_GROUP_MEMORY_FACTOR
+from airflow_provider_s3ch.core.plan.workload import (
+    WorkloadLimit,
+    chosen_workload,
+    memory_resources,
+    missing_ddl,
+    name_sql,
+    parse_size,
+    server_size,
+    workload_limit,
+)
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 
 #: Hosts of AWS S3 endpoints (regional, dual-stack, FIPS, VPC endpoints, China).
@@ -122,3 +139,181 @@ def structure_check(fmt: str, structure: str | None) -> str | None:
             f"give structure='col Type, ...' or use a format with names (e.g. {fmt}WithNames where it exists)"
         )
     return None
+
+
+def workload_check(
+    request: LoadRequest, profile: ServerProfile, settings: InsertSettings, budget: Budget, distributed: bool
+) -> Check:
+    """Whether the server will admit the load by its memory reservation, in the workload it names.
+
+    ClickHouse runs a query whose workload it does not know, or on a server without a
+    ``MEMORY RESERVATION`` resource, at once and unscheduled, without an error; a reservation
+    above the workload's ``max_memory`` it refuses at once (error 776). So before anything runs
+    the nodes the load reserves memory on must have both, with room for the reservation:
+
+    - the connection's node (the initiator): ``reserve_memory``; for a distributed load that
+      node also runs a share, which reserves again while the load's own query holds its
+      reservation: twice ``reserve_memory``;
+    - for a distributed load, and a load into a Distributed table on a cluster, every other
+      node: ``reserve_memory`` (their queries carry the load's settings).
+
+    :param request: the request (its workload and memory cap, for the messages).
+    :param profile: the server (the connection's workload, each node's workloads and resources).
+    :param settings: the planned settings (``workload`` and ``reserve_memory`` after the user's overrides).
+    :param budget: the per-node memory budget.
+    :param distributed: whether the plan is distributed.
+    :return: skipped (no workload), ok, or warn (no limit on the workload's path, a node that
+        could not be read); the message says which.
+    :raises PlanError: the workload or the memory resource is missing on a node (the message
+        holds the DDL to run), its tables cannot be read on the initiator, or the reservation
+        cannot fit the workload's limit.
+    """
+    name = settings.values.get("workload")
+    if not name:
+        _, why = chosen_workload(request, profile)
+        return Check(
+            name="workload",
+            status="skipped",
+            message=f"{why}: the server admits the load at once, whatever else runs on it; give a workload to "
+            "have the server admit loads by their memory caps (docs/many-loads.md)",
+        )
+    name = str(name)
+    reserve = parse_size(settings.values.get("reserve_memory", 0)) or 0
+    initiator = next((n for n in profile.workload_nodes if n.initiator), None)
+    if initiator is None or initiator.workloads is None or initiator.resources is None:
+        where = initiator.node if initiator is not None else "the connection's node"
+        why = f" ({initiator.error})" if initiator is not None and initiator.error else ""
+        raise PlanError(
+            f"workload {name!r}: cannot read system.workloads and system.resources on {where}{why}, so whether the "
+            "server will schedule the load cannot be checked (a workload it does not know runs the load at once, "
+            "unscheduled); grant the user SELECT on system.workloads and system.resources, or run the load without "
+            "a workload "
+            "(workload='')"
+        )
+    spans_nodes = distributed or (profile.table.is_distributed and profile.node_count > 1)
+    needs: list[tuple[NodeWorkloads, int]] = [(initiator, reserve * (2 if distributed and initiator.member else 1))]
+    unread: list[str] = []
+    if spans_nodes:
+        for node in profile.workload_nodes:
+            if not node.member or node.initiator:
+                continue
+            if node.workloads is None or node.resources is None:
+                unread.append(f"{node.node}{f' ({node.error})' if node.error else ''}")
+            else:
+                needs.append((node, reserve))
+
+    suggested = max(reserve * 2, int(profile.memory_bytes * DEFAULT_MEMORY_SHARE))
+    missing = [(node, missing_ddl(name, node, reserve, suggested)) for node, _ in needs]
+    missing = [(node, ddl) for node, ddl in missing if ddl]
+    if missing:
+        raise PlanError(_missing_message(name, missing, spans_nodes))
+
+    limits = [(node, need, workload_limit(name, node)) for node, need in needs]
+    for node, need, limit in limits:
+        assert limit is not None  # the workload exists: checked above
+        if limit.bytes is not None and need > limit.bytes:
+            raise PlanError(_over_message(request, name, node, reserve, need, limit, budget, profile, distributed))
+
+    unlimited = [(node.node, limit.path) for node, _, limit in limits if limit is not None and limit.bytes is None]
+    problems = []
+    if unlimited:
+        path = " -> ".join(unlimited[0][1])
+        problems.append(
+            f"workload {name!r} has no max_memory on its path ({path}) on {', '.join(n for n, _ in unlimited)}: "
+            "reservations there are never queued, so loads are admitted at once; set max_memory on the root "
+            "workload (docs/many-loads.md)"
+        )
+    if reserve <= 0:
+        problems.append(
+            f"reserve_memory is {settings.values.get('reserve_memory')!r}: the load reserves nothing, so workload "
+            f"{name!r} admits it at once, whatever else runs"
+        )
+    if unread:
+        problems.append(
+            f"could not read the workloads of {', '.join(unread)}: whether the load's share there is scheduled "
+            "cannot be told"
+        )
+    fits = [
+        (node, need, limit) for node, need, limit in limits if need > 0 and limit is not None and limit.bytes is not None
+    ]
+    summary = _fits_message(name, reserve, fits, spans_nodes, distributed)
+    if problems:
+        return Check(name="workload", status="warn", message="; ".join([*problems, summary] if fits else problems))
+    return Check(name="workload", status="ok", message=summary)
+
+
+def _missing_message(name: str, missing: list[tuple[NodeWorkloads, list[str]]], spans_nodes: bool) -> str:
+    lines = []
+    for node, ddl in missing:
+        what = []
+        if not memory_resources(node):
+            what.append("no MEMORY RESERVATION resource")
+        if name not in {w.name for w in node.workloads or []}:
+            known = ", ".join(sorted(w.name for w in node.workloads or [])) or "none"
+            what.append(f"no workload {name!r} (system.workloads lists: {known})")
+        lines.append(f"on {node.node}: {'; '.join(what)}; run there:\n" + "".join(f"  {d};\n" for d in ddl))
+    each = (
+        "on every node the load runs on (without Keeper each server keeps its own workloads, and ON CLUSTER "
+        "DDL needs Keeper), "
+        if spans_nodes
+        else ""
+    )
+    return (
+        f"workload {name!r} is not set up: the server would run the load at once, unscheduled, so nothing keeps "
+        f"many loads from running out of memory together. Create it, {each}then run the load again, or run it "
+        "without a workload (workload='').\n" + "".join(lines).rstrip()
+    )
+
+
+def _over_message(
+    request: LoadRequest, name: str, node: NodeWorkloads, reserve: int, need: int, limit: WorkloadLimit,
+    budget: Budget, profile: ServerProfile, distributed: bool,
+) -> str:
+    assert limit.bytes is not None and limit.source is not None
+    of = f"the limit of workload {name!r}, {fmt_bytes(limit.bytes)} (max_memory of workload {limit.source!r})"
+    raise_it = f"raise max_memory of workload {limit.source!r} (CREATE OR REPLACE WORKLOAD {name_sql(limit.source)} …)"
+    nodes = profile.node_count if distributed else 1
+    if "reserve_memory" in request.settings:
+        why, lower = "set in settings", "lower reserve_memory"
+    else:
+        why = f"the per-node budget: {budget.reason}"
+        lower = "lower memory_cap to at most {cap}" if request.memory_cap is not None else "set memory_cap to at most {cap}"
+    if need > reserve:  # the initiator of a distributed load: its own query and its share
+        return (
+            f"a distributed load holds two reservations on its initiator {node.node}, its own query's and its "
+            f"share's: 2 x {fmt_bytes(reserve)} = {fmt_bytes(need)}, above {of}; the share would wait for memory "
+            f"the load itself holds, for ever (reserve_memory is {why}); "
+            f"{lower.format(cap=fmt_bytes(limit.bytes // 2 * nodes))}, {raise_it} to at least "
+            f"{server_size(need)}, or use strategy='single'"
+        )
+    return (
+        f"the load reserves {fmt_bytes(reserve)} per node, above {of} on {node.node}: the server refuses such a "
+        f"reservation at once (error 776 RESOURCE_LIMIT_EXCEEDED), every time (reserve_memory is {why}); "
+        f"{lower.format(cap=fmt_bytes(limit.bytes * nodes))}, or {raise_it} to at least "
+        f"{server_size(need)}"
+    )
+
+
+def _fits_message(
+    name: str, reserve: int, fits: list[tuple[NodeWorkloads, int, WorkloadLimit | None]], spans_nodes: bool,
+    distributed: bool,
+) -> str:
+    if not fits:
+        return ""
+    node, need, limit = min(fits, key=lambda f: (f[2].bytes or 0) // f[1])  # type: ignore[union-attr]
+    assert limit is not None and limit.bytes is not None
+    at_once = limit.bytes // need
+    where = f"on {node.node}" if len(fits) == 1 else f"on {len(fits)} nodes (the tightest: {node.node})"
+    text = (
+        f"workload {name!r} {where}: the load reserves {fmt_bytes(need)} of {fmt_bytes(limit.bytes)} "
+        f"(max_memory of workload {limit.source!r}) and the server admits it once they are free; "
+        f"{at_once} such load{'s' if at_once != 1 else ''} at once"
+    )
+    if distributed and need > reserve:
+        text += f" (its initiator holds 2 x {fmt_bytes(reserve)}: the load's own query and its share)"
+    if spans_nodes:
+        text += (
+            "; a load that spans nodes holds its reservation on one node while it waits on another, so such "
+            "loads can wait on each other: bound them with an Airflow pool (docs/many-loads.md)"
+        )
+    return text

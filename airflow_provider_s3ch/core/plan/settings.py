@@ -6,6 +6,7 @@ from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.formats import is_compressed
 from airflow_provider_s3ch.core.models import InsertSettings, LoadRequest, Manifest, ServerProfile, SettingValue
 from airflow_provider_s3ch.core.plan.budget import Budget
+from airflow_provider_s3ch.core.plan.workload import chosen_workload
 from airflow_provider_s3ch.core.sizes import GiB, MiB, fmt_bytes
 
 #: Below this block size a load is refused: thousands of tiny parts would bury the
@@ -245,6 +246,22 @@ def plan_settings(
             "parallel_distributed_insert_select",
             2,
             "2: each node inserts the files it reads into its local table, not through the initiator (the guide)",
+        )
+
+    workload, source = chosen_workload(request, profile)
+    if workload:
+        put(
+            "workload",
+            workload,
+            f"{source}: the server admits the load once reserve_memory of the workload's memory is free, so loads "
+            "wait for their turn instead of running out of memory together (docs/many-loads.md)",
+        )
+        put(
+            "reserve_memory",
+            budget.per_node,
+            f"the per-node memory budget {fmt_bytes(budget.per_node)} (= max_memory_usage): the load reserves what "
+            f"its cap lets it use, so the max_memory of workload {workload!r} bounds the caps of the loads it runs at "
+            "once",
         )
 
     overrides = apply_overrides(values, reasons, request.settings)
