@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test unit integration lint bench clean
+.PHONY: venv demo test unit integration lint bench docs clean
 
 venv: $(STAMP)
 
@@ -15,7 +15,7 @@ $(STAMP): setup.cfg pyproject.toml
 
 ## demo: start a real local ClickHouse and S3, write sample data, run the example DAG through Airflow, print the load
 demo: venv
-	$(VENV)/bin/s3ch-local demo --dags-folder example_dags
+	$(VENV)/bin/s3ch-local demo --dags-folder example_dags --workload-memory 8Gi
 
 ## test: the whole suite (unit, integration on the real local stack, the example DAG through Airflow)
 test: venv
@@ -31,9 +31,19 @@ unit: venv
 integration: venv
 	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/dags
 
+## docs: the documentation site (mkdocs.yml) into site/; --strict fails on any warning, a broken link included
+DOCS_STAMP := $(VENV)/.docs-installed
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
+
+$(DOCS_STAMP): $(STAMP)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[docs]"
+	touch $(DOCS_STAMP)
+
 ## bench: the benchmark harness (bench/README.md)
 bench: venv
 	$(PY) -m bench.run
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache site

@@ -1,0 +1,228 @@
+"""A backfill under Airflow's real components: scheduler, dag-processor and api-server, LocalExecutor on
+SQLite, on the real local stack with workload scheduling. More runs at once than the workload admits:
+the server admits the loads by their memory caps, every month loads exactly, and a SIGKILLed task
+process's retry leaves its month exact."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.local.sample import month_keys, write_posts
+from airflow_provider_s3ch.local.stack import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+DAGS = Path(__file__).parent / "dags"
+DAG_ID = "s3ch_scheduler_backfill"
+BUCKET = "s3ch-scheduler"
+MONTHS = 6
+ROWS = 60_000
+WORKLOAD_MEMORY = "3Gi"  # the workload's max_memory: one load of 2 GiB at a time
+MEMORY_CAP = "2GiB"
+
+pytestmark = pytest.mark.integration
+
+
+class AdmissionSampler(threading.Thread):
+    """Samples the server's memory reservations while the backfill runs: how many loads it admitted at once."""
+
+    def __init__(self, stack: LocalStack) -> None:
+        super().__init__(daemon=True)
+        self.client = stack.clickhouse_client()
+        self.stop = threading.Event()
+        self.admitted: list[int] = []
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            (held,) = self.client.execute(
+                "SELECT allocations FROM system.scheduler WHERE resource = 'memory' AND type = 'allocation_limit'"
+            )
+            self.admitted.append(int(held[0]))
+            time.sleep(0.02)
+
+
+class Airflow:
+    """Airflow's components as real processes in one AIRFLOW_HOME."""
+
+    def __init__(self, home: Path, stack: LocalStack, extra_env: dict[str, str]) -> None:
+        self.home = home
+        self.api_port = free_port()
+        self.env = dict(os.environ)
+        self.env.update(stack.airflow_env())
+        self.env.update({
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+            "AIRFLOW__CORE__PARALLELISM": "8",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(self.api_port),
+            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
+            "AIRFLOW__API_AUTH__JWT_SECRET": "s3ch-scheduler-test-secret",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+            "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "60",
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), self.env.get("PYTHONPATH")) if p),
+            **extra_env,
+        })  # fmt: skip
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "airflow", *args], env=self.env, capture_output=True, text=True,
+                              timeout=timeout, check=False)  # fmt: skip
+
+    def start(self, *components: str) -> None:
+        for name in components:
+            log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
+            self.procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "airflow", name], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def log(self, name: str) -> str:
+        return (self.home / f"{name}.log").read_text(errors="replace")[-4000:]
+
+    def db(self, sql: str, *params: Any) -> list[tuple[Any, ...]]:
+        with sqlite3.connect(self.home / "airflow.db", timeout=30) as conn:
+            return conn.execute(sql, params).fetchall()
+
+    def task_processes(self) -> list[psutil.Process]:
+        """The processes that run tasks: forked by the LocalExecutor's workers (the scheduler's children)."""
+        scheduler = psutil.Process(self.procs["scheduler"].pid)
+        out = []
+        for worker in scheduler.children():
+            try:
+                out.extend(worker.children())
+            except psutil.NoSuchProcess:
+                continue
+        return out
+
+
+@pytest.fixture(scope="module")
+def stack() -> Iterator[LocalStack]:
+    with LocalStack(nodes=1, region="eu-west-3", workload_memory=WORKLOAD_MEMORY) as s:
+        s.create_bucket(BUCKET)
+        yield s
+
+
+def _wait(what: str, check: Any, timeout: float, airflow: Airflow, interval: float = 1.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    logs = "\n".join(f"--- {n}\n{airflow.log(n)}" for n in airflow.procs)
+    raise AssertionError(f"timed out waiting for {what}\n{logs}")
+
+
+def test_a_backfill_under_the_real_scheduler_loads_every_month_exactly(stack: LocalStack, tmp_path: Path) -> None:
+    data = write_posts(stack.s3_client(), BUCKET, rows=ROWS, months=MONTHS)
+    ch = stack.clickhouse_client()
+    ch.execute("CREATE DATABASE IF NOT EXISTS scheduled")
+    airflow = Airflow(tmp_path, stack, {"S3CH_TEST_BUCKET": BUCKET, "S3CH_TEST_MEMORY_CAP": MEMORY_CAP})
+    sampler = AdmissionSampler(stack)
+    migrated = airflow.run("db", "migrate")
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    started = time.monotonic()
+    airflow.start("api-server", "scheduler", "dag-processor")
+    try:
+        _wait("the DAG to be parsed", lambda: airflow.db("SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 120, airflow)
+        assert airflow.run("dags", "unpause", DAG_ID).returncode == 0
+        created = airflow.run("backfill", "create", "--dag-id", DAG_ID, "--from-date", "2008-07-01", "--to-date",
+                              "2008-12-01", "--max-active-runs", str(MONTHS))  # fmt: skip
+        assert created.returncode == 0, created.stdout[-2000:] + created.stderr[-2000:]
+
+        killed: list[int] = []
+
+        def kill_one() -> None:
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not killed:
+                for proc in airflow.task_processes():
+                    try:
+                        proc.send_signal(signal.SIGKILL)
+                        killed.append(proc.pid)
+                        return
+                    except psutil.NoSuchProcess:
+                        continue
+                time.sleep(0.05)
+
+        killer = threading.Thread(target=kill_one)
+        killer.start()
+        sampler.start()
+
+        def runs_done() -> bool:
+            states = [s for (s,) in airflow.db("SELECT state FROM dag_run WHERE dag_id = ?", DAG_ID)]
+            return len(states) == MONTHS and all(s in ("success", "failed") for s in states)
+
+        _wait("the backfill's runs to finish", runs_done, 600, airflow, interval=2)
+        killer.join()
+        elapsed = time.monotonic() - started
+    finally:
+        sampler.stop.set()
+        airflow.stop()
+
+    runs = airflow.db("SELECT run_id, state FROM dag_run WHERE dag_id = ? ORDER BY logical_date", DAG_ID)
+    assert [s for _, s in runs] == ["success"] * MONTHS, runs
+    tries = airflow.db("SELECT run_id, try_number, state FROM task_instance WHERE dag_id = ?", DAG_ID)
+    assert killed, "no task process was seen to kill"
+    retried = [t for t in tries if t[1] > 1]
+    assert retried, f"the killed task was not retried: {tries}"
+
+    # Every month exact: the rows and their checksum equal the month's file, read by the server itself.
+    for year, month in month_keys(months=MONTHS):
+        key = f"{data.prefix}{year:04d}-{month:02d}.parquet"
+        file = ch.execute(
+            f"SELECT count(), sum(cityHash64(Id, Body, Title)) FROM s3('{stack.s3_endpoint}/{BUCKET}/{key}', "
+            f"'{stack.s3_access_key}', '{stack.s3_secret_key}', 'Parquet')"
+        )[0]
+        table = ch.execute(
+            "SELECT count(), sum(cityHash64(Id, Body, Title)) FROM scheduled.posts "
+            "WHERE toYYYYMM(CreationDate) = %(p)s", {"p": year * 100 + month},
+        )[0]  # fmt: skip
+        assert table == file, f"{year}-{month:02d}: table {table} != file {file}"
+    assert ch.execute("SELECT count() FROM scheduled.posts")[0][0] == data.rows
+    assert ch.execute("SELECT count() FROM system.tables WHERE name LIKE '\\_s3ch\\_stage\\_%'")[0][0] == 0
+
+    # The server admitted the loads by their caps: never two 2 GiB reservations in 3 GiB at once, while
+    # Airflow ran up to six at a time; the loads that waited say so in the server's own figure.
+    sampler.join()
+    assert sampler.admitted and max(sampler.admitted) == 1, sorted(set(sampler.admitted))
+    ch.execute("SYSTEM FLUSH LOGS")
+    waits = [int(w) // 1000 for (w,) in ch.execute(
+        "SELECT ProfileEvents['MemoryReservationAdmitMicroseconds'] FROM system.query_log "
+        "WHERE type = 'QueryFinish' AND query_kind = 'Insert' AND Settings['workload'] = 'loads' "
+        "AND Settings['reserve_memory'] = %(r)s ORDER BY event_time_microseconds", {"r": str(2 * 1024**3)},
+    )]  # fmt: skip
+    assert len(waits) >= MONTHS and max(waits) > 0, waits
+    print(f"\nreal scheduler: {MONTHS} months, {data.rows} rows in {elapsed:.0f} s; killed task process {killed}, "
+          f"retried {[(r, n) for r, n, _ in retried]}; admission waits (ms) {waits}; "
+          f"at most {max(sampler.admitted)} admitted at once over {len(sampler.admitted)} samples")
