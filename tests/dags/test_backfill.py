@@ -96,7 +96,7 @@ def _trigger(home: Path, stack: LocalStack, run_id: str, conf: dict, logical_dat
 
 def _run_tasks(home: Path, stack: LocalStack, run_id: str) -> None:
     """Each task of the run, in that run (its logical date, data interval and conf), with ``airflow tasks test``."""
-    for task_id in ("create_table", "load_month"):
+    for task_id in ("create_database", "load_month"):
         out = _airflow(home, ROOT / "example_dags", stack, "tasks", "test", DAG_ID, task_id, run_id)
         assert out.returncode == 0, (out.stdout + out.stderr)[-5000:]
         assert "NoObjectsError" not in out.stdout + out.stderr, (out.stdout + out.stderr)[-5000:]
