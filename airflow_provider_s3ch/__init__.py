@@ -42,6 +42,11 @@ CONN_FIELDS: dict[str, dict[str, object]] = {
         "schema": {"type": ["string", "null"]},
         "description": "the server's workload loads run in (workload scheduling: they wait for their memory)",
     },
+    "http_port": {
+        "label": "HTTP port (deferrable loads)",
+        "schema": {"type": ["integer", "null"]},
+        "description": "the server's HTTP port, where deferrable loads start their insert; default 8123 (8443 with TLS)",
+    },
     "s3_endpoint_url": {
         "label": "S3 endpoint as ClickHouse reaches it",
         "schema": {"type": ["string", "null"]},
@@ -121,7 +126,11 @@ def get_provider_info() -> dict[str, object]:
             {
                 "integration-name": "Amazon Simple Storage Service (S3)",
                 "python-modules": ["airflow_provider_s3ch.triggers.s3_glob"],
-            }
+            },
+            {
+                "integration-name": "ClickHouse",
+                "python-modules": ["airflow_provider_s3ch.triggers.load"],
+            },
         ],
         "transfers": [
             {

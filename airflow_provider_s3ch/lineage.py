@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_s3ch.core.lineage import LoadFacts, input_groups
+from airflow_provider_s3ch.core.sql import shorten
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage
@@ -87,5 +88,5 @@ def operator_lineage(facts: LoadFacts | None) -> OperatorLineage:
         inputs=input_datasets,
         outputs=[output],
         run_facets={"externalQuery": ExternalQueryRunFacet(externalQueryId=facts.query_id, source=facts.namespace)},
-        job_facets={"sql": SQLJobFacet(query=facts.sql)} if facts.sql else {},
+        job_facets={"sql": SQLJobFacet(query=shorten(facts.sql))} if facts.sql else {},
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
@@ -22,6 +23,7 @@ Mode = Literal["append", "replace_partitions", "overwrite"]
 SchemaPolicy = Literal["strict", "ignore_extra", "warn", "off"]
 CreateTable = Literal["never", "if_missing"]
 SchemaChange = Literal["fail", "add_columns", "ignore_extra"]
+OnChanged = Literal["reload", "skip", "fail"]
 SettingValue = int | float | str
 
 #: The range of a numeric setting: ClickHouse's settings are Int64, UInt64 or Float64, and a value
@@ -116,6 +118,17 @@ class LoadRequest(BaseModel):
     #: The server's workload the load runs in (workload scheduling): None takes the connection's extra
     #: ``workload``; ``""`` runs without one whatever the connection says.
     workload: str | None = None
+    #: Incremental loads (docs/ledger.md): load only the files the target's file ledger does not record as
+    #: loaded, and record them there.
+    skip_loaded: bool = False
+    #: With ``skip_loaded``: what a file whose ETag differs from the loaded version's is: loaded again
+    #: (``reload``), left out (``skip``) or an error (``fail``).
+    on_changed: OnChanged = "fail"
+    #: With ``skip_loaded``: the ledger table, ``database.name`` or ``name`` (in the target's database);
+    #: None: ``<target database>._s3ch_ledger``.
+    ledger_table: str | None = None
+    #: With ``skip_loaded``: a run with no new file is skipped (Airflow's skipped state) instead of succeeding.
+    skip_when_empty: bool = False
 
     @model_validator(mode="after")
     def _contract(self) -> LoadRequest:
@@ -240,6 +253,10 @@ class S3Object(BaseModel):
     size: int
     format: str | None = None
     compression: str | None = None
+    #: The object's ETag as the listing (or HeadObject) gives it, without the quotes; None when not known.
+    etag: str | None = None
+    #: When the object was last written, from the listing (or HeadObject); None when not known.
+    last_modified: datetime | None = None
 
 
 class Manifest(BaseModel):

@@ -294,6 +294,17 @@ def render_insert(plan: LoadPlan, credentials: S3Credentials | None, *, target: 
     return RenderedSQL(sql=sql, settings=sent, redacted=scrub(statement(True), credentials))
 
 
+#: How much of a statement a log line or a lineage facet shows (a key list of 800 files is ~340 KB).
+SHOWN_SQL_CHARS = 4000
+
+
+def shorten(text: str, limit: int = SHOWN_SQL_CHARS) -> str:
+    """``text`` up to ``limit`` characters, the rest counted: ``… [12,345 more characters]``."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit:,} more characters]"
+
+
 def scrub(text: str, credentials: S3Credentials | None) -> str:
     """Remove any remaining occurrence of the secret or the token (raw or escaped) from ``text``.
 

@@ -328,6 +328,137 @@ class ClickHouseHook(DbApiHook):
             finally:
                 client.disconnect()
 
+    # ------------------------------------------------------------------ the HTTP interface (deferrable loads)
+    def http_endpoint(self) -> tuple[str, int, bool]:
+        """(host, port, secure) of the server's HTTP interface: the connection's extra ``http_port``, else the
+        port of a ``clickhouse`` (HTTP) connection, else 8443 with ``secure`` and 8123 without."""
+        conn = self.connection
+        extra = dict(conn.extra_dejson or {})
+        secure = _true(extra.get("secure", False))
+        value = extra.get("http_port")
+        if value in (None, ""):
+            port = int(conn.port) if conn.conn_type == HTTP_CONN_TYPE and conn.port else HTTP_PORTS[1 if secure else 0]
+            return self.host, port, secure
+        try:
+            return self.host, int(value), secure
+        except (TypeError, ValueError):
+            raise InvalidRequestError(
+                f"connection {self.clickhouse_conn_id!r}: extra 'http_port' is {value!r}, not a port number; set it "
+                f"to the server's HTTP port ({HTTP_PORTS[0]}, {HTTP_PORTS[1]} with TLS)"
+            ) from None
+
+    def server_error(self, code: int, text: str) -> S3chError:
+        """The provider's error for a server error known by its code and text (the HTTP interface's, or a
+        failed query's ``system.query_log`` entry), by the same table as the native protocol's errors."""
+        return self.translate_error(ch_errors.ServerException(text, code))
+
+    def start_insert_http(
+        self, sql: str, *, query_id: str, settings: dict[str, Any] | None = None, log: logging.Logger | None = None,
+        confirm_timeout: float | None = None, interval: float = 0.1, log_every: float = 30.0,
+    ) -> bool:
+        """Start the load over the server's HTTP interface under ``query_id`` and return once the server runs
+        it, without waiting for its end: the server goes on with an HTTP query whose client went away (the
+        native protocol's server aborts it), so the load outlives this process.
+
+        Under workload scheduling (docs/many-loads.md) the server lists a query only once it admitted it: an
+        HTTP insert whose client left while it waited for admission still runs once admitted, unseen until
+        then, so the request stays open until the server lists the query.
+
+        The statement (it holds the S3 credentials) goes in the request's body, the user and password in
+        its headers; the URL holds the query id, the database and ``settings``, which apply before the
+        statement is parsed. The server runs the query once it lists it in ``system.processes`` (read here
+        over the native protocol); then the socket is closed.
+
+        :param sql: the statement.
+        :param query_id: the load's query id.
+        :param settings: the settings sent beside the statement.
+        :param log: where to say what happened (never the statement).
+        :param confirm_timeout: how long to wait for the server to list the query (it may wait for admission);
+            default: the connection's ``send_receive_timeout`` (3600 s), as long as a native query may go silent.
+        :param interval: seconds between two looks at ``system.processes`` in the first 5 s (then 1 s).
+        :param log_every: seconds between two log lines while the server has not listed the query.
+        :return: True when the server had already finished the load before it was seen running (a short
+            load); False when it runs.
+        :raises S3chError: the server refused or failed the statement (by its code, as over the native
+            protocol), or did not answer (:class:`ClickHouseUnavailableError`), or did not list the query in
+            time (:class:`LoadError`; the query is killed).
+        """
+        import http.client
+        import select
+        import ssl
+        from urllib.parse import urlencode
+
+        from airflow_provider_s3ch.core.deferral import http_params
+
+        host, port, secure = self.http_endpoint()
+        timeout = float(self._client_kwargs.get("connect_timeout") or 10)
+        path = "/?" + urlencode(http_params(query_id, self.database, dict(settings or {})))
+        headers = {
+            "X-ClickHouse-User": self.login,
+            "X-ClickHouse-Key": str(self._client_kwargs.get("password") or ""),
+            "Content-Type": "text/plain; charset=UTF-8",
+        }
+        conn: http.client.HTTPConnection
+        if secure:
+            context = ssl.create_default_context(cafile=self._client_kwargs.get("ca_certs") or None)
+            if self._client_kwargs.get("verify") is False:
+                context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+            conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+        where = f"{host}:{port}"
+        try:
+            try:
+                conn.request("POST", path, body=sql.encode(), headers=headers)
+            except OSError as exc:
+                raise ClickHouseUnavailableError(
+                    f"ClickHouse's HTTP interface at {where} did not answer ({exc}); a deferrable load starts its "
+                    f"insert over HTTP: set the extra 'http_port' of connection {self.clickhouse_conn_id!r} to the "
+                    "server's HTTP port"
+                ) from exc
+            sent = last = time.monotonic()
+            limit = float(confirm_timeout if confirm_timeout is not None
+                          else self._client_kwargs.get("send_receive_timeout") or 3600)
+            while True:
+                # every ``interval`` at first, then every second (a wait for admission may be long)
+                readable, _, _ = select.select([conn.sock], [], [], interval if time.monotonic() - sent < 5 else 1.0)
+                if readable:
+                    return self._http_outcome(conn, where)
+                if self.execute("SELECT count() FROM system.processes WHERE query_id = %(q)s", {"q": query_id})[0][0]:
+                    if log is not None:
+                        log.info("The server at %s runs query %s (started over HTTP): it goes on without this "
+                                 "process", where, query_id)
+                    return False
+                now = time.monotonic()
+                if now - sent > limit:
+                    self.kill_query(query_id)
+                    raise LoadError(
+                        f"ClickHouse at {where} did not list query {query_id} in system.processes within "
+                        f"{limit:.0f} s of its HTTP request; killed it"
+                    )
+                if log is not None and now - last >= log_every:
+                    last = now
+                    log.info("The server at %s has not started query %s yet, %.0f s after it was sent (under a "
+                             "workload, it waits for admission): waiting for it before deferring", where, query_id,
+                             now - sent)
+        finally:
+            conn.close()
+
+    def _http_outcome(self, conn: Any, where: str) -> bool:
+        """The HTTP insert's response, when it came before the query was seen running: True when it
+        finished; the server's error otherwise."""
+        try:
+            response = conn.getresponse()
+            body = response.read(65536).decode(errors="replace")
+        except OSError as exc:
+            raise ClickHouseUnavailableError(f"ClickHouse's HTTP interface at {where} dropped the request ({exc})") from exc
+        code = response.getheader("X-ClickHouse-Exception-Code")
+        if response.status == 200 and not code:
+            return True
+        text = body.split("Stack trace:")[0].strip() or f"HTTP {response.status} {response.reason}"
+        return_code = int(code) if code and code.isdigit() else 0
+        raise self.server_error(return_code, text)
+
     # ------------------------------------------------------------------ tables
     def table_comment(self, table: TableRef) -> str | None:
         """The table's comment ('' when none); None when the table does not exist."""

@@ -13,6 +13,7 @@ from typing import Any
 
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
+from airflow_provider_s3ch.core.deferral import LoggedQuery, Look, RunningQuery
 from airflow_provider_s3ch.core.metrics import QUERY_LOG_COLUMNS, QueryLogRow
 from airflow_provider_s3ch.core.models import ClusterNode
 from airflow_provider_s3ch.core.recovery import EarlierTry, QueryId
@@ -122,3 +123,25 @@ class QueryLog:
                 {"q": query_id}, client=client, node=address,
             )
         ]
+
+    # ------------------------------------------------------------------ deferrable loads
+    def look(self, query_ids: Sequence[str], nodes: Sequence[ClusterNode] = (), *, logged: bool = True) -> Look:
+        """One look at ``query_ids`` for the triggerer: what still runs on each node (the queries or their
+        secondary queries) and, once nothing runs and ``logged``, the first query's last entry in the
+        connection's node's ``system.query_log`` (logs flushed on every node first)."""
+        running = [
+            RunningQuery(node=address, query_id=str(q), elapsed=float(elapsed), read_rows=int(read),
+                         written_rows=int(written))
+            for address, q, elapsed, read, written in self.running_queries(query_ids, nodes)
+        ]
+        if running or not logged:
+            return Look(running=running)
+        for _, client in self.hook.node_clients(nodes):
+            self.hook.execute("SYSTEM FLUSH LOGS", client=client)
+        entries = self.hook.rows(
+            LoggedQuery,
+            "SELECT query_id, toString(type) AS type, exception, exception_code, read_rows, written_rows "
+            "FROM system.query_log WHERE query_id = %(q)s AND type != 'QueryStart' AND event_date >= yesterday() "
+            "ORDER BY event_time_microseconds DESC LIMIT 1", {"q": query_ids[0]},
+        )
+        return Look(logged=entries[0] if entries else None)

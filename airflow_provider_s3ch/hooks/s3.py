@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from typing import Any
 
 import boto3.session
@@ -184,14 +185,32 @@ def _scan(client: BaseClient, bucket: str, pattern: str) -> policy.Listing:
 
 
 def _fill(client: BaseClient, bucket: str, listing: policy.Listing) -> policy.Listing:
-    """HeadObject for each key ClickHouse reads directly; else list the glob's literal prefix page by page."""
+    """HeadObject for each key ClickHouse reads directly; else list the glob's literal prefix page by page.
+    Each matched object keeps the ETag and last-modified time S3 gave with it (the file ledger's version)."""
     if listing.direct is not None:
         for key in dict.fromkeys(listing.direct):
-            listing.add_head(key, _head(client, bucket, key))
+            head, before = _head(client, bucket, key), len(listing.matched)
+            listing.add_head(key, head)
+            _stamp(listing.matched[before:], {key: head} if head is not None else {})
     else:
         for contents in _list_pages(client, bucket, listing.prefix):
+            before = len(listing.matched)
             listing.add_page(contents)
+            if len(listing.matched) > before:
+                _stamp(listing.matched[before:], {entry["Key"]: entry for entry in contents})
     return listing
+
+
+def _stamp(objects: list[S3Object], entries: dict[str, dict[str, Any]]) -> None:
+    """Set each object's ETag (quotes removed) and last-modified time from its listing entry or HeadObject."""
+    for obj in objects:
+        entry = entries.get(obj.key)
+        if entry is None:
+            continue
+        etag = str(entry.get("ETag") or "").strip('"')
+        modified = entry.get("LastModified")
+        obj.etag = etag or None
+        obj.last_modified = modified.astimezone(timezone.utc) if isinstance(modified, datetime) else None
 
 
 def parquet_footer_stats(

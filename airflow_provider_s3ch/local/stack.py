@@ -301,7 +301,9 @@ class LocalStack:
 
     def clickhouse_connection(self, node: int = 0, **extra: Any) -> dict[str, Any]:
         """The ``clickhouse_native`` Airflow connection (as a JSON-able dict) for one node."""
-        conn_extra: dict[str, Any] = {"region": self.region, "s3_endpoint_url": self.s3_endpoint}
+        conn_extra: dict[str, Any] = {
+            "region": self.region, "s3_endpoint_url": self.s3_endpoint, "http_port": self.nodes[node].http_port
+        }
         if self.node_count > 1:
             conn_extra["cluster"] = self.cluster
         if self.workload_memory is not None:

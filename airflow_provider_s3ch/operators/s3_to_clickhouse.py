@@ -13,9 +13,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context
+from airflow.sdk import BaseOperator, Context, conf
 
+from airflow_provider_s3ch.core.deferral import DeferredLoad
 from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
+from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT
+from airflow_provider_s3ch.core.ledger import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import LoadFacts, outlet_extra
 from airflow_provider_s3ch.core.metrics import load_metrics, summary
 from airflow_provider_s3ch.core.models import (
@@ -51,7 +54,7 @@ from airflow_provider_s3ch.core.schema import (
     schema_reads,
     unchecked,
 )
-from airflow_provider_s3ch.core.sql import RenderedSQL, render_describe, render_insert, scrub
+from airflow_provider_s3ch.core.sql import RenderedSQL, render_describe, render_insert, scrub, shorten
 from airflow_provider_s3ch.core.tables import (
     Evolution,
     TableSpec,
@@ -64,10 +67,12 @@ from airflow_provider_s3ch.core.tables import (
 from airflow_provider_s3ch.errors import ClickHouseQueryError, ClickHouseUnavailableError, LoadError, provider_errors
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.columns import describe, table_columns
+from airflow_provider_s3ch.hooks.ledger import LedgerRun
 from airflow_provider_s3ch.hooks.query_log import QueryLog
 from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
 from airflow_provider_s3ch.hooks.tables import has_keeper, run_ddl
 from airflow_provider_s3ch.lineage import operator_lineage
+from airflow_provider_s3ch.triggers.load import LoadTrigger
 
 #: How long a retry waits for an earlier try's query that still runs on the server.
 DEFAULT_EARLIER_TRY_TIMEOUT = 6 * 3600.0
@@ -117,6 +122,13 @@ class S3ToClickHouseOperator(BaseOperator):
         failed try leaves the target untouched. (templated)
     :param earlier_try_timeout: seconds a retry waits for an earlier try's query that still
         runs on the server before it fails (it never starts a second load beside it).
+    :param deferrable: start the insert over the server's HTTP interface (it runs on without the worker) and
+        free the worker slot: Airflow's triggerer follows the query on every node
+        (:class:`~airflow_provider_s3ch.triggers.load.LoadTrigger`) and the task resumes to finish the load
+        and return its figures; a retry waits for an earlier try's query in the triggerer too. The HTTP port
+        is the connection's extra ``http_port`` (default 8123, 8443 with ``secure``). Default:
+        ``[operators] default_deferrable`` (docs/deferrable.md).
+    :param poll_interval: with ``deferrable``: seconds between two looks of the triggerer at the query.
     :param schema_check: before loading (and in a dry run), compare the first file's columns, as the
         server's schema inference sees them (or ``structure``'s), with the table's: ``strict``
         (default): a table column the file lacks that has no DEFAULT (MATERIALIZED, ALIAS,
@@ -141,6 +153,19 @@ class S3ToClickHouseOperator(BaseOperator):
         local table and the Distributed table; ``ignore_extra``: load the target's columns only, the
         left-out columns named in the warnings and the XCom. A column is never dropped, a type never
         changed. (templated)
+    :param skip_loaded: an incremental load (docs/ledger.md): load only the files that the target's file ledger
+        does not record as loaded (by key and ETag), and record them there, exactly once per file whatever
+        the retries and however many runs load at once. Files that arrive late or out of key order are
+        picked up by the next run. Needs a staging table (a local MergeTree target; not ``overwrite``).
+    :param on_changed: with ``skip_loaded``: a file whose ETag differs from the version loaded before is
+        ``fail`` (default: the task fails naming it), ``skip`` (left out) or ``reload`` (loaded again; needs
+        ``mode='replace_partitions'``, so that its old rows are replaced). (templated)
+    :param ledger_table: with ``skip_loaded``: the ledger, ``database.name`` or ``name`` (in the target's
+        database); default ``<target database>._s3ch_ledger``, created when missing. (templated)
+    :param skip_when_empty: with ``skip_loaded``: a run without a new file ends as skipped instead of
+        succeeding with zero rows.
+    :param claim_timeout: with ``skip_loaded``: seconds a load's claim on its files holds while the load runs
+        no query and has no staging table (a worker that died before inserting); then another run may load them.
 
     Retries: the query id is ``s3ch-<stem>-try<N>``, the stem fixed per task instance and
     load configuration (a retry after the DAG's ``s3_uri``, table, mode, format, compression,
@@ -166,6 +191,8 @@ class S3ToClickHouseOperator(BaseOperator):
         "order_by",
         "partition_by",
         "on_schema_change",
+        "on_changed",
+        "ledger_table",
     )
     template_fields_renderers = {"settings": "json"}
     ui_color = "#ffcc01"
@@ -189,6 +216,8 @@ class S3ToClickHouseOperator(BaseOperator):
         dry_run: bool = False,
         mode: str = "append",
         earlier_try_timeout: float = DEFAULT_EARLIER_TRY_TIMEOUT,
+        deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
+        poll_interval: float = 10.0,
         schema_check: str = "strict",
         create_table: str = "never",
         order_by: str | list[str] | None = None,
@@ -197,6 +226,11 @@ class S3ToClickHouseOperator(BaseOperator):
         engine: str | None = None,
         table_settings: dict[str, Any] | None = None,
         on_schema_change: str = "fail",
+        skip_loaded: bool = False,
+        on_changed: str = "fail",
+        ledger_table: str | None = None,
+        skip_when_empty: bool = False,
+        claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -216,6 +250,8 @@ class S3ToClickHouseOperator(BaseOperator):
         self.dry_run = dry_run
         self.mode = mode
         self.earlier_try_timeout = earlier_try_timeout
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
         self.schema_check = schema_check
         self.create_table = create_table
         self.order_by = order_by
@@ -224,13 +260,18 @@ class S3ToClickHouseOperator(BaseOperator):
         self.engine = engine
         self.table_settings = table_settings
         self.on_schema_change = on_schema_change
+        self.skip_loaded = skip_loaded
+        self.on_changed = on_changed
+        self.ledger_table = ledger_table
+        self.skip_when_empty = skip_when_empty
+        self.claim_timeout = claim_timeout
         self._running: tuple[ClickHouseHook, list[str], Sequence[ClusterNode]] | None = None
 
     # ------------------------------------------------------------------ steps
     def build_request(self) -> LoadRequest:
         """Validate the rendered arguments (terminal errors name the argument and the fix)."""
         with provider_errors():
-            return LoadRequest.from_arguments(
+            request = LoadRequest.from_arguments(
                 s3_uri=self.s3_uri,
                 table=self.table,
                 format=self.format or None,
@@ -247,7 +288,13 @@ class S3ToClickHouseOperator(BaseOperator):
                 schema_check=self.schema_check,
                 create_table=self.create_table,
                 on_schema_change=self.on_schema_change,
+                skip_loaded=self.skip_loaded,
+                on_changed=self.on_changed,
+                ledger_table=self.ledger_table or None,
+                skip_when_empty=self.skip_when_empty,
             )
+            check_ledger_request(request)
+            return request
 
     def table_spec(self, request: LoadRequest) -> TableSpec | None:
         """The table to create when it is missing (``create_table='if_missing'``); None otherwise."""
@@ -293,31 +340,55 @@ class S3ToClickHouseOperator(BaseOperator):
                       manifest.file_count, manifest.total_bytes, manifest.format, manifest.compression,
                       manifest.region)
         hook = ClickHouseHook(self.clickhouse_conn_id)
+        ledger = None
         try:
             url = object_url(request.bucket, request.key_pattern,
                              endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
                              archive_syntax=archive_path_syntax(request.settings))
+            if request.skip_loaded:  # ledger: the files no load recorded, claimed for this one (docs/ledger.md)
+                ledger = LedgerRun(hook, request, query_id, claim_timeout=self.claim_timeout, log=self.log)
+                chosen = ledger.prepare(manifest, url)
+                if chosen is None:
+                    return ledger.nothing_new(int((time.monotonic() - started) * 1000))
+                manifest, url = chosen
             profile, plan, table = self._target(hook, source, request, manifest, url)
             steps = plan_steps(request.mode, profile.table, query_id.stem)
+            if ledger is not None:  # ledger: only a load through a staging table
+                ledger.check(steps, plan)
             rendered = render_insert(plan, source.credentials(), target=steps.staging)
             self._log_plan(plan, steps, rendered.redacted, profile)
             if request.dry_run:
                 return {"dry_run": True, "query_id": str(query_id), "sql": rendered.redacted,
                         "plan": plan.model_dump(mode="json"), "mode": steps.mode,
-                        "steps": steps.model_dump(mode="json"), "table_changes": table}
+                        "steps": steps.model_dump(mode="json"), "table_changes": table,
+                        **({"ledger": ledger.summary()} if ledger is not None else {})}
             distributed = plan.strategy == "distributed"
             fan_out = profile.nodes if distributed or profile.table.is_distributed else []
             queries = QueryLog(hook)
             resume = self._resume(hook, queries, query_id, self.first_try(context), fan_out)
             attached_to = resume.query_ids[0] if resume.action == "attach" else None
-            if attached_to is None:
+            if ledger is not None:  # ledger: an insert it knows finished is finished, not repeated
+                attached_to = ledger.attach_to(resume) or attached_to
+            if attached_to is None and self._defers():  # deferrable: start over HTTP, defer (unless done already)
+                self._start_deferred(hook, queries, rendered, query_id, steps, plan=plan, profile=profile,
+                                     manifest=manifest, request=request, table=table, resume=resume,
+                                     fan_out=fan_out, started=started)
+            elif attached_to is None:
                 self._insert(hook, queries, rendered, query_id, profile.nodes if distributed else [], steps)
             entry = queries.entry(attached_to or str(query_id), fan_out)
             metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
                                    distributed=distributed, target_distributed=profile.table.is_distributed)
+            if ledger is not None:  # ledger: the staging table holds the files: pending before the moves
+                ledger.pending(metrics)
             partitions = self._finalize(hook, steps) if steps.staging is not None else []
+            if ledger is not None:  # ledger: the partitions are in the target
+                ledger.loaded(metrics)
             self._keep_lineage(hook, request, manifest, profile, table, steps, metrics, partitions, attached_to,
                                rendered.redacted)
+        except BaseException:
+            if ledger is not None:  # ledger: give the claims back when nothing of the load can still land
+                ledger.abandon()
+            raise
         finally:
             hook.close()
         result = summary(plan, metrics, wall_ms=int((time.monotonic() - started) * 1000))
@@ -325,6 +396,8 @@ class S3ToClickHouseOperator(BaseOperator):
                        "staging_table": str(steps.staging) if steps.staging else None,
                        "resume_reason": resume.reason, "partitions": partitions, "table_changes": table,
                        "warnings": [*result["warnings"], *steps.warnings]})
+        if ledger is not None:  # ledger: new, skipped, reloaded files
+            result["ledger"] = ledger.summary()
         self.log.info("%s %d rows (%d bytes) in %d ms%s: %.0f rows/s, peak memory %d bytes; %s",
                       f"Took the figures of earlier try {attached_to}:" if attached_to else "Loaded",
                       metrics.written_rows, metrics.written_bytes, metrics.duration_ms,
@@ -446,6 +519,8 @@ class S3ToClickHouseOperator(BaseOperator):
                 self.log.info("Try %d: %s", query_id.try_number, resume.reason)
                 return resume
             self.log.info("%s: waiting for it (up to %.0f s)", resume.reason, self.earlier_try_timeout)
+            if self._defers():  # deferrable: the triggerer waits; the task then looks again (execute_complete)
+                self._defer_wait(resume.query_ids, nodes)
             self._running = (hook, resume.query_ids, nodes)
             try:
                 queries.wait_for_queries(resume.query_ids, nodes, timeout=self.earlier_try_timeout, log=self.log)
@@ -518,7 +593,7 @@ class S3ToClickHouseOperator(BaseOperator):
             log.info("Check %s: %s: %s", check.name, check.status, check.message)
         for warning in [*plan.warnings, *steps.warnings]:
             log.warning("%s", warning)
-        log.info("SQL: %s", redacted_sql)
+        log.info("SQL: %s", shorten(redacted_sql))
         log.info("Mode %s: %s", steps.mode, steps.reason)
 
     # ------------------------------------------------------------------ lineage and assets
@@ -552,11 +627,13 @@ class S3ToClickHouseOperator(BaseOperator):
         from airflow.sdk import Asset
         from airflow.sdk.definitions.asset import BaseAsset
 
-        if result.get("dry_run"):
+        nothing_new = result.get("query_id") is None and result.get("files") == 0  # an incremental run, no new file
+        if result.get("dry_run") or nothing_new:
             assets = [o for o in self.outlets if isinstance(o, BaseAsset)]
             if assets:
                 self.outlets = [o for o in self.outlets if not isinstance(o, BaseAsset)]
-                self.log.info("Dry run: no asset event for %s", ", ".join(map(repr, assets)))
+                self.log.info("%s: no asset event for %s", "Dry run" if result.get("dry_run") else "No new file",
+                              ", ".join(map(repr, assets)))
             return
         events = context.get("outlet_events")
         facts = getattr(self, "_lineage_facts", None)
@@ -572,3 +649,151 @@ class S3ToClickHouseOperator(BaseOperator):
         (``clickhouse://host:port``, ``database.table``) with its columns and the rows and bytes written
         (:mod:`airflow_provider_s3ch.lineage`); nothing for a dry run."""
         return operator_lineage(getattr(self, "_lineage_facts", None))
+
+    # ------------------------------------------------------------------ deferrable loads (docs/deferrable.md)
+    def _defers(self) -> bool:
+        """Whether this load defers: ``deferrable``, and no file ledger (an incremental load runs in its worker)."""
+        if self.deferrable and getattr(self, "skip_loaded", False):
+            self.log.warning("deferrable=True with skip_loaded=True: the load runs in its worker slot, not deferred")
+            return False
+        return bool(self.deferrable)
+
+    def _defer_wait(self, query_ids: list[str], nodes: Sequence[ClusterNode]) -> None:
+        """Hand the wait for earlier tries' queries to the triggerer; the task looks at the tries again when
+        they no longer run (:meth:`execute_complete`)."""
+        self.log.info("Deferring: the triggerer waits for %s (every %.0f s, up to %.0f s)", ", ".join(query_ids),
+                      self.poll_interval, self.earlier_try_timeout)
+        self.defer(
+            trigger=LoadTrigger(clickhouse_conn_id=self.clickhouse_conn_id, query_ids=list(query_ids),
+                                nodes=[n.model_dump(mode="json") for n in nodes], kind="wait",
+                                poll_interval=self.poll_interval, deadline=time.time() + self.earlier_try_timeout),
+            method_name="execute_complete",
+        )
+
+    def _start_deferred(
+        self, hook: ClickHouseHook, queries: QueryLog, rendered: RenderedSQL, query_id: QueryId, steps: LoadSteps, *,
+        plan: LoadPlan, profile: ServerProfile, manifest: Manifest, request: LoadRequest, table: dict[str, Any],
+        resume: Resume, fan_out: Sequence[ClusterNode], started: float,
+    ) -> None:
+        """Start the insert over HTTP (the server runs it without this process) and defer to the triggerer,
+        with what :meth:`execute_complete` needs; returns only when the server finished it before it could
+        be seen running (then the load goes on here, as one that did not defer)."""
+        insert_nodes = profile.nodes if plan.strategy == "distributed" else []
+        if steps.staging is not None:
+            self._run(hook, prepare_statements(steps, staging_exists=hook.table_comment(steps.staging) is not None))
+        self._running = (hook, [str(query_id)], insert_nodes)
+        try:
+            finished = hook.start_insert_http(rendered.sql, query_id=str(query_id), settings=rendered.settings,
+                                              log=self.log)
+        except ClickHouseUnavailableError:
+            self._running = None
+            raise  # the server may still run the load: the staging table is the retry's
+        except Exception:
+            self._running = None
+            if steps.staging is not None:
+                try:
+                    if not queries.running_queries([str(query_id)], insert_nodes):
+                        self._run(hook, abandon_statements(steps))
+                except Exception as exc:  # noqa: BLE001 - best effort, the load's own error goes on
+                    self.log.warning("Could not drop staging table %s: %s", steps.staging, exc)
+            raise
+        if finished:
+            self._running = None
+            self.log.info("The server finished query %s before it was seen running: finishing the load here",
+                          query_id)
+            return
+        load = DeferredLoad.carry(
+            objects=manifest.objects, sql=rendered.redacted, query_id=str(query_id), resume_reason=resume.reason,
+            plan=plan, steps=steps, table=profile.table, insert_nodes=list(insert_nodes), fan_out=list(fan_out),
+            distributed=plan.strategy == "distributed", table_changes=table, bucket=request.bucket,
+            started_at=time.time() - (time.monotonic() - started),
+        )
+        self.log.info("Deferring: the triggerer follows query %s (every %.0f s); the worker slot is free",
+                      query_id, self.poll_interval)
+        self.defer(
+            trigger=LoadTrigger(clickhouse_conn_id=self.clickhouse_conn_id, query_ids=[str(query_id)],
+                                nodes=[n.model_dump(mode="json") for n in fan_out or insert_nodes], kind="insert",
+                                poll_interval=self.poll_interval, load=load.model_dump(mode="json")),
+            method_name="execute_complete",
+            timeout=self.execution_timeout,
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Where a deferred load resumes when its trigger fires: finish the load (staging table -> target)
+        and return its figures, as a load that did not defer; after a wait for earlier tries, look at the
+        tries again and decide (:meth:`execute`); otherwise raise the load's error."""
+        from airflow_provider_s3ch import errors
+
+        event = event or {}
+        status, message = event.get("status"), str(event.get("message") or f"the trigger fired {event!r}")
+        if event.get("kind") == "wait" and status == "ended":
+            self.log.info("%s: looking at the earlier tries again", message)
+            return self.execute(context)
+        self._lineage_facts = None
+        with provider_errors():
+            if status == "timeout":
+                raise LoadError(message)
+            if status == "error" or not event.get("load"):
+                cls = getattr(errors, str(event.get("error") or ""), None)
+                raise (cls if isinstance(cls, type) and issubclass(cls, errors.S3chError) else LoadError)(message)
+            load = DeferredLoad.model_validate(event["load"])
+            result = self._complete_deferred(load, status, message, int(event.get("error_code") or 0))
+        self._outlet_events(context, result)
+        return result
+
+    def _complete_deferred(self, load: DeferredLoad, status: str | None, message: str, code: int) -> dict[str, Any]:
+        """Finish a deferred load from what its trigger saw: its figures, the staging step, the summary."""
+        hook = ClickHouseHook(self.clickhouse_conn_id)
+        queries = QueryLog(hook)
+        steps = load.steps
+        try:
+            if status != "finished":
+                error = hook.server_error(code, message) if status == "failed" else LoadError(message)
+                if status == "failed" and steps.staging is not None:
+                    try:
+                        if not queries.running_queries([load.query_id], load.insert_nodes):
+                            self._run(hook, abandon_statements(steps))
+                    except Exception as exc:  # noqa: BLE001 - best effort; the next try drops it
+                        self.log.warning("Could not drop staging table %s: %s", steps.staging, exc)
+                raise error
+            self.log.info("%s", message)
+            entry = queries.entry(load.query_id, load.fan_out)
+            metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, load.fan_out) if load.fan_out
+                                   else [], distributed=load.distributed, target_distributed=load.table.is_distributed)
+            partitions = self._finalize(hook, steps) if steps.staging is not None else []
+            self._lineage_facts = self._deferred_lineage(hook, load, metrics, partitions)
+        finally:
+            hook.close()
+        result = summary(load.plan, metrics, wall_ms=int((time.time() - load.started_at) * 1000))
+        result.update({"mode": steps.mode, "mode_reason": steps.reason, "attached_to": None,
+                       "staging_table": str(steps.staging) if steps.staging else None,
+                       "resume_reason": load.resume_reason, "partitions": partitions,
+                       "table_changes": load.table_changes, "warnings": [*result["warnings"], *steps.warnings]})
+        self.log.info("Loaded %d rows (%d bytes) in %d ms%s: %.0f rows/s, peak memory %d bytes; %s",
+                      metrics.written_rows, metrics.written_bytes, metrics.duration_ms,
+                      f" (waited {metrics.admission_wait_ms} ms for admission, ran {metrics.run_ms} ms)"
+                      if metrics.admission_wait_ms else "", metrics.rows_per_second, metrics.memory_usage,
+                      f"{steps.mode} of partitions {', '.join(partitions)}" if partitions else steps.mode)
+        return result
+
+    def _deferred_lineage(
+        self, hook: ClickHouseHook, load: DeferredLoad, metrics: LoadMetrics, partitions: list[str]
+    ) -> LoadFacts | None:
+        """A deferred load's lineage facts (as :meth:`_keep_lineage`'s): the files carried through the deferral,
+        or listed again when there were too many to carry; the table's columns read now."""
+        objects = load.objects
+        try:
+            if objects is None:
+                objects = build_manifest(S3Source(self.aws_conn_id).client(), self.build_request()).objects
+            columns = table_columns(hook, load.table)
+        except Exception as exc:  # noqa: BLE001 - lineage is best effort; the load stands
+            self.log.warning("Lineage: could not read the files or the columns of %s.%s: %s", load.table.database,
+                             load.table.name, exc)
+            return None
+        return LoadFacts(
+            bucket=load.bucket, objects=objects, host=hook.host, port=hook.port, database=load.table.database,
+            table=load.table.name, columns=columns, query_id=metrics.query_id, written_rows=metrics.written_rows,
+            written_bytes=metrics.written_bytes, read_rows=metrics.read_rows, read_bytes=metrics.read_bytes,
+            mode=load.steps.mode, created=bool(load.table_changes.get("created")), partitions=partitions,
+            attached_to=None, sql=load.sql,
+        )

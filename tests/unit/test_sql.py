@@ -302,3 +302,10 @@ def test_parseable_keeps_what_decides_parsing_where_a_statement_parses() -> None
                     "max_query_size": 300_000, "max_threads": 2}
     assert parseable({}, 100) == {"max_query_size": 262_144}
     assert parseable({"max_query_size": 500_000}, 300_000)["max_query_size"] == 500_000
+
+
+def test_a_long_statement_is_shortened_for_logs_with_the_rest_counted() -> None:
+    from airflow_provider_s3ch.core.sql import shorten
+
+    assert shorten("abc", limit=5) == "abc"
+    assert shorten("x" * 10_005, limit=4) == "xxxx… [10,001 more characters]"

@@ -1,0 +1,340 @@
+"""The file ledger's pure decisions: which files a load takes, what a row means, whose claim holds."""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
+from airflow_provider_s3ch.core.glob import expand_keys, key_url, object_url, split_archive
+from airflow_provider_s3ch.core.ledger import (
+    KEYS_SHOWN,
+    LEDGER_NAME,
+    ChangedFilesError,
+    LedgerRow,
+    LoadFacts,
+    check_request,
+    check_steps,
+    confirm,
+    key_list_pattern,
+    ledger_engine_problem,
+    ledger_ref,
+    narrow_manifest,
+    render_create_ledger,
+    render_read,
+    row_status,
+    select_files,
+    state_rows,
+    summary,
+)
+from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object, TableInfo, TableRef
+from airflow_provider_s3ch.core.recovery import plan_steps
+
+ME, OTHER, THIRD = "aaaa", "bbbb", "cccc"
+T = 3600.0
+
+
+def obj(key: str, etag: str = "e1", size: int = 10) -> S3Object:
+    return S3Object(key=key, size=size, etag=etag, format="CSV")
+
+
+def row(key: str, state: str, load: str = OTHER, *, etag: str = "e1", age: float = 1.0, block: int = 1) -> LedgerRow:
+    return LedgerRow(key=key, etag=etag, load_id=load, query_id=f"s3ch-{load}-try1", state=state, age_s=age,
+                     block=block, size=10)
+
+
+def request(**kw: object) -> LoadRequest:
+    base: dict[str, object] = {"s3_uri": "s3://b/in/*.csv", "table": "db.t", "skip_loaded": True}
+    return LoadRequest(**{**base, **kw})
+
+
+# ---------------------------------------------------------------------- arguments
+
+
+def test_overwrite_and_append_reload_are_refused_before_anything_runs() -> None:
+    with pytest.raises(InvalidRequestError, match="overwrite"):
+        check_request(request(mode="overwrite"))
+    with pytest.raises(InvalidRequestError, match="old rows would stay"):
+        check_request(request(mode="append", on_changed="reload"))
+    check_request(request(mode="replace_partitions", on_changed="reload"))
+    check_request(request(mode="append", on_changed="skip"))
+    check_request(request(mode="overwrite", skip_loaded=False))  # the ledger is not used
+
+
+def test_ledger_table_defaults_to_the_targets_database() -> None:
+    assert ledger_ref(request(), "x") == TableRef(database="db", name=LEDGER_NAME)
+    assert ledger_ref(request(table="t"), "conn_db") == TableRef(database="conn_db", name=LEDGER_NAME)
+    assert ledger_ref(request(ledger_table="files"), "x") == TableRef(database="db", name="files")
+    assert ledger_ref(request(ledger_table="meta.files"), "x") == TableRef(database="meta", name="files")
+    with pytest.raises(InvalidRequestError):
+        check_request(request(ledger_table="a.b.c"))
+
+
+def test_only_a_load_through_a_staging_table_can_use_the_ledger() -> None:
+    local = TableInfo(database="db", name="t", engine="MergeTree")
+    check_steps(plan_steps("append", local, "ab"), strategy="single")
+    with pytest.raises(PlanError, match="distributed insert"):
+        check_steps(plan_steps("append", local, "ab"), strategy="distributed")
+    with pytest.raises(PlanError, match="direct insert"):
+        check_steps(plan_steps("append", local.model_copy(update={"dependent_views": ["db.mv"]}), "ab"),
+                    strategy="single")
+    with pytest.raises(PlanError, match="direct insert"):
+        check_steps(plan_steps("append", TableInfo(database="db", name="t", engine="Distributed"), "ab"),
+                    strategy="single")
+
+
+# ---------------------------------------------------------------------- what a row means
+
+
+@pytest.mark.parametrize(
+    ("state", "load", "age", "staging", "running", "expected"),
+    [
+        ("loaded", OTHER, 1, False, False, "loaded"),
+        ("released", OTHER, 1, True, True, "released"),
+        ("pending", OTHER, 99999, True, False, "in_flight"),  # its retry finishes it
+        ("pending", OTHER, 1, False, True, "committed"),  # staging gone: the partitions moved
+        ("claimed", OTHER, 1, False, False, "live"),  # between the claim and the insert
+        ("claimed", OTHER, T + 1, False, False, "stale"),  # its worker died before inserting
+        ("claimed", OTHER, T + 1, True, False, "live"),  # its staging table is there
+        ("claimed", OTHER, T + 1, False, True, "live"),  # its query runs
+        ("claimed", ME, T / 2 + 1, False, False, "stale"),  # a load keeps its own claims half as long
+        ("claimed", ME, T / 2 - 1, False, False, "live"),
+    ],
+)
+def test_row_status(state: str, load: str, age: float, staging: bool, running: bool, expected: str) -> None:
+    facts = LoadFacts(staging=frozenset({load} if staging else ()), running=frozenset({load} if running else ()))
+    assert row_status(row("k", state, load, age=age), facts, own=ME, claim_timeout=T) == expected
+
+
+# ---------------------------------------------------------------------- which files a load takes
+
+
+def test_a_first_try_takes_the_files_no_load_holds() -> None:
+    listing = [obj("in/a.csv"), obj("in/b.csv"), obj("in/c.csv"), obj("in/d.csv"), obj("in/e.csv")]
+    rows = [
+        row("in/a.csv", "loaded"),
+        row("in/b.csv", "claimed", OTHER),  # live: another run is about to load it
+        row("in/c.csv", "claimed", THIRD, age=T + 5),  # stale: its load died
+        row("in/d.csv", "pending", THIRD),  # staging gone: committed
+    ]
+    sel = select_files(listing, rows, LoadFacts(), own=ME, claim_timeout=T)
+    assert [o.key for o in sel.files] == ["in/c.csv", "in/e.csv"] == [o.key for o in sel.claim]
+    assert sel.skipped_loaded == ["in/a.csv", "in/d.csv"] and sel.skipped_claimed == ["in/b.csv"]
+    assert [r.key for r in sel.committed] == ["in/d.csv"]
+    assert not sel.retry and sel.new == ["in/c.csv", "in/e.csv"]
+
+
+def test_a_file_whose_load_still_finishes_is_held_not_reloaded() -> None:
+    rows = [row("in/a.csv", "pending", OTHER)]
+    sel = select_files([obj("in/a.csv")], rows, LoadFacts(staging=frozenset({OTHER})), own=ME)
+    assert sel.files == [] and sel.skipped_claimed == ["in/a.csv"] and sel.committed == []
+
+
+@pytest.mark.parametrize("on_changed", ["fail", "skip", "reload"])
+def test_a_changed_etag_is_a_new_version(on_changed: str) -> None:
+    listing = [obj("in/a.csv", etag="e2"), obj("in/b.csv")]
+    rows = [row("in/a.csv", "loaded", etag="e1")]
+    if on_changed == "fail":
+        with pytest.raises(ChangedFilesError, match="in/a.csv"):
+            select_files(listing, rows, LoadFacts(), own=ME, on_changed=on_changed)
+        return
+    sel = select_files(listing, rows, LoadFacts(), own=ME, on_changed=on_changed)
+    if on_changed == "skip":
+        assert [o.key for o in sel.files] == ["in/b.csv"] and sel.skipped_changed == ["in/a.csv"]
+    else:
+        assert [o.key for o in sel.files] == ["in/a.csv", "in/b.csv"] and sel.reloaded == ["in/a.csv"]
+        assert sel.new == ["in/b.csv"]
+
+
+def test_the_changed_error_names_a_bounded_list() -> None:
+    listing = [obj(f"in/{i:03d}.csv", etag="new") for i in range(KEYS_SHOWN + 5)]
+    rows = [row(o.key, "loaded", etag="old") for o in listing]
+    with pytest.raises(ChangedFilesError, match="and 5 more") as err:
+        select_files(listing, rows, LoadFacts(), own=ME)
+    assert str(err.value).count("in/") == KEYS_SHOWN
+
+
+def test_a_retry_reads_what_its_earlier_try_held_and_nothing_new() -> None:
+    listing = [obj("in/a.csv"), obj("in/b.csv"), obj("in/new.csv")]
+    rows = [row("in/a.csv", "claimed", ME, block=7), row("in/b.csv", "claimed", ME, block=7)]
+    sel = select_files(listing, rows, LoadFacts(), own=ME, claim_timeout=T)
+    assert sel.retry and [o.key for o in sel.files] == ["in/a.csv", "in/b.csv"] and sel.claim == []
+
+
+def test_a_retry_after_a_completed_load_has_nothing_to_do() -> None:
+    rows = [row("in/a.csv", "loaded", ME), row("in/b.csv", "pending", ME)]  # b: staging gone, committed
+    sel = select_files([obj("in/a.csv"), obj("in/b.csv"), obj("in/c.csv")], rows, LoadFacts(), own=ME)
+    assert sel.retry and sel.files == [] and [r.key for r in sel.committed] == ["in/b.csv"]
+
+
+def test_a_retry_whose_file_is_gone_keeps_it_only_while_its_staging_table_may_hold_it() -> None:
+    rows = [row("in/a.csv", "claimed", ME), row("in/gone.csv", "claimed", ME)]
+    staged = select_files([obj("in/a.csv")], rows, LoadFacts(staging=frozenset({ME})), own=ME, fmt="CSV")
+    assert [o.key for o in staged.files] == ["in/a.csv", "in/gone.csv"] and staged.release == []
+    assert staged.files[1].format == "CSV" and staged.finished_insert is None
+    fresh = select_files([obj("in/a.csv")], rows, LoadFacts(), own=ME)
+    assert [o.key for o in fresh.files] == ["in/a.csv"] and [r.key for r in fresh.release] == ["in/gone.csv"]
+
+
+def test_pending_rows_with_a_staging_table_name_the_insert_that_finished() -> None:
+    rows = [row("in/a.csv", "pending", ME)]
+    sel = select_files([obj("in/a.csv")], rows, LoadFacts(staging=frozenset({ME})), own=ME)
+    assert sel.retry and sel.finished_insert == f"s3ch-{ME}-try1"
+
+
+def test_stale_own_claims_are_claimed_afresh_or_released() -> None:
+    rows = [row("in/a.csv", "claimed", ME, age=T), row("in/gone.csv", "claimed", ME, age=T)]
+    sel = select_files([obj("in/a.csv"), obj("in/b.csv")], rows, LoadFacts(), own=ME, claim_timeout=T)
+    assert not sel.retry and [o.key for o in sel.claim] == ["in/a.csv", "in/b.csv"]
+    assert [r.key for r in sel.release] == ["in/gone.csv"]
+
+
+def test_a_key_listed_twice_is_taken_once() -> None:
+    sel = select_files([obj("in/a.csv"), obj("in/a.csv")], [], LoadFacts(), own=ME)
+    assert [o.key for o in sel.files] == ["in/a.csv"]
+
+
+# ---------------------------------------------------------------------- whose claim holds
+
+
+def test_the_earliest_live_claim_holds() -> None:
+    files = [obj("in/a.csv"), obj("in/b.csv"), obj("in/c.csv"), obj("in/d.csv")]
+    rows = [
+        row("in/a.csv", "claimed", ME, block=5), row("in/a.csv", "claimed", OTHER, block=4),  # other's is earlier
+        row("in/b.csv", "claimed", ME, block=5), row("in/b.csv", "claimed", OTHER, block=6),  # mine is earlier
+        row("in/c.csv", "claimed", ME, block=5), row("in/c.csv", "claimed", OTHER, block=2, age=T + 1),  # stale
+        row("in/d.csv", "claimed", ME, block=5), row("in/d.csv", "loaded", OTHER, block=9),  # loaded meanwhile
+    ]
+    kept, lost = confirm(files, rows, LoadFacts(), own=ME, claim_timeout=T)
+    assert [o.key for o in kept] == ["in/b.csv", "in/c.csv"] and [o.key for o in lost] == ["in/a.csv", "in/d.csv"]
+
+
+def test_a_claim_that_is_not_there_holds_nothing() -> None:
+    kept, lost = confirm([obj("in/a.csv")], [row("in/a.csv", "released", ME)], LoadFacts(), own=ME)
+    assert kept == [] and [o.key for o in lost] == ["in/a.csv"]
+
+
+@st.composite
+def _claims(draw: st.DrawFn) -> tuple[list[str], list[list[int]], list[int]]:
+    loads = [f"{i:04x}" for i in range(draw(st.integers(2, 5)))]
+    files = draw(st.lists(st.integers(0, 5), min_size=1, max_size=6, unique=True))
+    wanted = [draw(st.lists(st.sampled_from(files), unique=True)) for _ in loads]
+    order = draw(st.permutations(list(range(len(loads)))))  # the order in which the claims commit
+    return loads, wanted, order
+
+
+@settings(max_examples=300, deadline=None)
+@given(_claims(), st.data())
+def test_no_two_loads_keep_the_same_file_whatever_the_interleaving(claims, data) -> None:
+    """Each load commits its claims (block numbers in commit order), then reads the ledger at some later point:
+    it sees every claim committed before its own and any number of those committed after. At most one load
+    keeps each file; when every load sees every claim, exactly one keeps each claimed file."""
+    loads, wanted, order = claims
+    block = {loads[i]: n + 1 for n, i in enumerate(order)}
+    rows = [row(f"in/{f}.csv", "claimed", load, block=block[load])
+            for load, files in zip(loads, wanted, strict=True) for f in files]
+    for full_view in (False, True):
+        keepers: dict[str, list[str]] = {}
+        for load, files in zip(loads, wanted, strict=True):
+            horizon = len(loads) if full_view else data.draw(st.integers(block[load], len(loads)))
+            seen = [r for r in rows if r.block <= horizon]
+            kept, _ = confirm([obj(f"in/{f}.csv") for f in files], seen, LoadFacts(), own=load)
+            for o in kept:
+                keepers.setdefault(o.key, []).append(load)
+        assert all(len(v) == 1 for v in keepers.values()), keepers
+        if full_view:
+            assert set(keepers) == {f"in/{f}.csv" for files in wanted for f in files}
+
+
+_KEY = st.text(st.sampled_from("ab/_-.%# +=éü0"), min_size=1, max_size=12).filter(
+    lambda k: not k.startswith("/") and "//" not in k and "::" not in k
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["in", "ä x", "p%", "y#"]), min_size=1, max_size=3), min_size=0),
+       st.lists(st.tuples(st.sampled_from(["claimed", "pending", "loaded", "released"]), st.sampled_from([OTHER, THIRD]),
+                          st.sampled_from(["e1", "e2"]), st.booleans(), st.booleans()), max_size=12),
+       st.sampled_from(["skip", "reload"]))
+def test_every_listed_file_gets_exactly_one_outcome(paths, states, on_changed) -> None:
+    keys = sorted({"/".join(p) + ".csv" for p in paths})
+    listing = [obj(k, etag="e1") for k in keys]
+    rows = [row(keys[i % len(keys)], s, load, etag=etag, age=T + 1 if old else 1)
+            for i, (s, load, etag, old, _) in enumerate(states)] if keys else []
+    staged = frozenset(load for (_, load, _, _, st_) in states if st_)
+    sel = select_files(listing, rows, LoadFacts(staging=staged), own=ME, on_changed=on_changed, claim_timeout=T)
+    outcomes = [o.key for o in sel.files] + sel.skipped_loaded + sel.skipped_claimed + sel.skipped_changed
+    assert sorted(outcomes) == keys
+    done = {(r.key, r.etag) for r in rows
+            if row_status(r, LoadFacts(staging=staged), own=ME, claim_timeout=T) in ("loaded", "committed")}
+    assert not any((o.key, o.etag) in done for o in sel.files)  # nothing loaded twice
+    assert set(sel.reloaded) <= {k for k, _ in done}
+
+
+# ---------------------------------------------------------------------- what the insert reads
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(_KEY, min_size=1, max_size=8, unique=True))
+def test_a_key_list_makes_clickhouse_read_exactly_those_keys(keys) -> None:
+    body, pattern = key_list_pattern(keys, "in/*.csv")
+    assert body == pattern and expand_keys(pattern) == keys  # ClickHouse's expansion: direct reads, no listing
+    url = object_url("b", "in/*.csv", endpoint_url="http://s3:9000", region=None)
+    read = key_url(url, "in/*.csv", body)
+    assert unquote(read.removeprefix("http://s3:9000/b/")) == pattern  # the server decodes the path back
+
+
+def test_an_archive_glob_keeps_its_member_pattern() -> None:
+    body, pattern = key_list_pattern(["a/1.zip", "a/2.zip"], "a/*.zip :: *.csv")
+    assert (body, pattern) == ("{a/1.zip,a/2.zip}", "{a/1.zip,a/2.zip} :: *.csv")
+    assert split_archive(pattern) == ("{a/1.zip,a/2.zip}", "*.csv")
+
+
+@pytest.mark.parametrize("bad", ["in/a,b.csv", "in/{x}.csv", "in/a*.csv", "in/a?.csv", "in/a::b.csv", "in/a\nb.csv"])
+def test_a_key_a_list_cannot_name_is_refused_with_its_name(bad: str) -> None:
+    with pytest.raises(InvalidRequestError, match="cannot name 1 of them"):
+        key_list_pattern(["in/ok.csv", bad], "in/*.csv")
+
+
+def test_the_narrowed_manifest_scales_the_footer_estimate() -> None:
+    objects = [obj("in/a.csv", size=100), obj("in/b.csv", size=300)]
+    manifest = Manifest(bucket="b", pattern="in/*.csv", prefix="in/", objects=objects, format="CSV",
+                        uncompressed_bytes=4000)
+    narrowed = narrow_manifest(manifest, [objects[1]], "in/b.csv")
+    assert narrowed.file_count == 1 and narrowed.uncompressed_bytes == 3000 and narrowed.pattern == "in/b.csv"
+
+
+# ---------------------------------------------------------------------- the table and the XCom
+
+
+def test_the_ledger_table_keeps_the_latest_state_and_the_claims_order() -> None:
+    ddl = render_create_ledger(TableRef(database="db", name=LEDGER_NAME))
+    assert "CREATE TABLE IF NOT EXISTS `db`.`_s3ch_ledger`" in ddl and "ReplacingMergeTree(version)" in ddl
+    assert "enable_block_number_column = 1" in ddl
+    assert ledger_engine_problem("ReplacingMergeTree", "ReplacingMergeTree(version) SETTINGS enable_block_number_column"
+                                 " = 1, index_granularity = 8192") is None
+    assert "ReplacingMergeTree" in (ledger_engine_problem("MergeTree", "MergeTree") or "")
+    assert "enable_block_number_column" in (ledger_engine_problem("ReplacingMergeTree", "ReplacingMergeTree") or "")
+    assert "argMax(_block_number, version)" in render_read(TableRef(database="db", name="l"), "_files")
+
+
+def test_state_rows_carry_the_claim_time_of_ledger_rows() -> None:
+    (claim,) = state_rows("db.t", "b", [obj("k")], load_id=ME, query_id="q", state="claimed")
+    assert claim == ("db.t", "b", "k", "e1", 10, None, 0, ME, "q", "claimed", None)
+    (later,) = state_rows("db.t", "b", [row("k", "claimed", ME)], load_id=ME, query_id="q2", state="loaded", rows=5)
+    assert later[:11] == ("db.t", "b", "k", "e1", 10, None, 0, ME, "q2", "loaded", 5) and len(later) == 12
+
+
+def test_the_summary_counts_everything_and_shows_a_bounded_list() -> None:
+    listing = [obj(f"in/{i:03d}.csv") for i in range(KEYS_SHOWN * 2)]
+    rows = [row(o.key, "loaded") for o in listing[:KEYS_SHOWN + 3]]
+    sel = select_files(listing, rows, LoadFacts(), own=ME)
+    kept = sel.model_copy(update={"files": sel.files[:-1]})  # the last claim was lost to another load
+    out = summary(TableRef(database="db", name=LEDGER_NAME), kept, load_id=ME, lost=[listing[-1]])
+    assert out["new"] == KEYS_SHOWN - 4 and out["skipped_loaded"] == KEYS_SHOWN + 3 and out["skipped_claimed"] == 1
+    assert out["skipped"] == KEYS_SHOWN + 4 and len(out["skipped_loaded_keys"]) == KEYS_SHOWN
+    assert out["skipped_claimed_keys"] == [listing[-1].key]
+    assert out["new_keys"] == [o.key for o in listing[KEYS_SHOWN + 3 : -1]]
