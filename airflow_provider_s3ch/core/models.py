@@ -231,19 +231,34 @@ class LoadRequest(BaseModel):
         try:
             return cls(**kwargs)
         except ValidationError as exc:
-            problems = []
-            for err in exc.errors():
-                name = ".".join(str(p) for p in err.get("loc", ())) or "argument"
-                problems.append(f"{name}={err.get('input')!r}: {err.get('msg')}")
-            raise InvalidRequestError("invalid operator argument: " + "; ".join(problems)) from None
+            raise invalid_arguments(exc, "operator") from None
 
     @property
     def bucket(self) -> str:
-        return self.s3_uri[len("s3://") :].partition("/")[0]
+        return bucket_of(self.s3_uri)
 
     @property
     def key_pattern(self) -> str:
-        return self.s3_uri[len("s3://") :].partition("/")[2]
+        return key_pattern_of(self.s3_uri)
+
+
+def bucket_of(s3_uri: str) -> str:
+    """``s3://bucket/key`` -> ``bucket``."""
+    return s3_uri[len("s3://") :].partition("/")[0]
+
+
+def key_pattern_of(s3_uri: str) -> str:
+    """``s3://bucket/key`` -> ``key`` (the glob, as given)."""
+    return s3_uri[len("s3://") :].partition("/")[2]
+
+
+def invalid_arguments(exc: ValidationError, kind: str) -> InvalidRequestError:
+    """An :class:`InvalidRequestError` naming each invalid argument, what it got and what it takes."""
+    problems = []
+    for err in exc.errors():
+        name = ".".join(str(p) for p in err.get("loc", ())) or "argument"
+        problems.append(f"{name}={err.get('input')!r}: {err.get('msg')}")
+    return InvalidRequestError(f"invalid {kind} argument: " + "; ".join(problems))
 
 
 class S3Object(BaseModel):

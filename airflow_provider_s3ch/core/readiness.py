@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.glob import check_key_pattern, has_glob
 from airflow_provider_s3ch.core.manifest import EXAMPLES, Listing
-from airflow_provider_s3ch.core.models import LoadRequest, S3Object
+from airflow_provider_s3ch.core.models import LoadRequest, S3Object, bucket_of, invalid_arguments, key_pattern_of
 
 
 class WaitRequest(BaseModel):
@@ -68,11 +68,7 @@ class WaitRequest(BaseModel):
         try:
             request = cls(**kwargs)
         except ValidationError as exc:
-            problems = []
-            for err in exc.errors():
-                name = ".".join(str(p) for p in err.get("loc", ())) or "argument"
-                problems.append(f"{name}={err.get('input')!r}: {err.get('msg')}")
-            raise InvalidRequestError("invalid sensor argument: " + "; ".join(problems)) from None
+            raise invalid_arguments(exc, "sensor") from None
         request.listing()  # the glob: refused now if ClickHouse refuses it
         if request.marker_key is not None:
             check_key_pattern(request.marker_key)
@@ -80,11 +76,11 @@ class WaitRequest(BaseModel):
 
     @property
     def bucket(self) -> str:
-        return self.s3_uri[len("s3://") :].partition("/")[0]
+        return bucket_of(self.s3_uri)
 
     @property
     def key_pattern(self) -> str:
-        return self.s3_uri[len("s3://") :].partition("/")[2]
+        return key_pattern_of(self.s3_uri)
 
     def listing(self) -> Listing:
         """The empty :class:`~airflow_provider_s3ch.core.manifest.Listing` of the glob, as the operator's
