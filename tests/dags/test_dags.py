@@ -27,7 +27,8 @@ def dag_stack() -> Iterator[LocalStack]:
         yield stack
 
 
-def _airflow(home: Path, dags: Path, stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
+def airflow_env(home: Path, dags: Path, stack: LocalStack) -> dict[str, str]:
+    """The environment of an Airflow command on the local stack: its home, its DAGs, the stack's connections."""
     env = dict(os.environ)
     env.update(stack.airflow_env())
     env.update(
@@ -38,8 +39,13 @@ def _airflow(home: Path, dags: Path, stack: LocalStack, *args: str) -> subproces
             "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
         }
     )
+    return env
+
+
+def _airflow(home: Path, dags: Path, stack: LocalStack, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "airflow", *args], env=env, capture_output=True, text=True, timeout=600, check=False
+        [sys.executable, "-m", "airflow", *args], env=airflow_env(home, dags, stack), capture_output=True, text=True,
+        timeout=600, check=False,
     )
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import queue
 import sqlite3
 import subprocess
@@ -29,6 +28,7 @@ from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.cli import read_xcom
 from airflow_provider_s3ch.sensors.s3_glob import S3GlobSensor
 from airflow_provider_s3ch.triggers.s3_glob import S3GlobTrigger
+from tests.dags.test_dags import airflow_env
 from tests.integration.support import SAMPLE_BUCKET, count, fake_context
 
 pytestmark = pytest.mark.integration
@@ -220,20 +220,6 @@ def test_the_trigger_reports_a_terminal_error_by_its_class() -> None:
 # ------------------------------------------------------------------------------ through Airflow itself
 
 
-def _airflow_env(home: Path, stack: LocalStack) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(stack.airflow_env())
-    env.update(
-        {
-            "AIRFLOW_HOME": str(home),
-            "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
-            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p),
-        }
-    )
-    return env
-
-
 def test_a_dag_run_defers_the_sensor_until_the_files_arrive_then_loads_them(tmp_path: Path, stack: LocalStack) -> None:
     """``airflow dags test`` runs the trigger in its own process: the files are put while the trigger waits."""
     bucket, table = "s3ch-sensor", "default.sensor_events"
@@ -246,7 +232,7 @@ def test_a_dag_run_defers_the_sensor_until_the_files_arrive_then_loads_them(tmp_
 
     home = tmp_path / "airflow"
     home.mkdir()
-    env = _airflow_env(home, stack)
+    env = airflow_env(home, DAGS, stack)
     for args in (("db", "migrate"), ("dags", "reserialize")):
         out = subprocess.run(
             [sys.executable, "-m", "airflow", *args], env=env, capture_output=True, text=True, timeout=600, check=False
