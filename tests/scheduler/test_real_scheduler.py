@@ -68,6 +68,8 @@ class Airflow:
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "8",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS": "tests.scheduler.sqlite_db.CONNECT_ARGS",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONNECT_ARGS_ASYNC": "tests.scheduler.sqlite_db.CONNECT_ARGS",
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__API__PORT": str(self.api_port),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{self.api_port}/execution/",
