@@ -300,7 +300,28 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
                 wall = (r.get("operator_wall_ms") or 0) / 1000
                 lines.append(f"| {o['dataset']} | {_fmt(r['insert_s'])} | {wall:.2f} | {_fmt(r['overhead_s'])} |")
         lines.append("")
+    lines += chunk_lines(results.get("chunks") or [])
     return "\n".join(lines)
+
+
+def chunk_lines(chunks: list[dict[str, Any]]) -> list[str]:
+    """The cost of chunking: one incremental load against 10 and 40 chunks of the same files."""
+    if not chunks:
+        return []
+    lines = [
+        "## Chunks",
+        "",
+        f"The same files ({chunks[0]['dataset']}) loaded with `skip_loaded=True` as one insert and in chunks "
+        "(`max_files_per_load`), into a fresh table each time: the task's wall time, the inserts' own time, the "
+        "table's active parts right after the load and once merges settle (docs/ledger.md, 'Choosing a chunk size').",
+        "",
+        "| chunks | files per chunk | task s | inserts s | parts after the load | parts settled |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in chunks:
+        lines.append(f"| {r['chunks']} | {r['files_per_chunk']} | {_fmt(r['task_wall_s'])} | {_fmt(r['insert_s'])} "
+                     f"| {r['parts_after_load']} | {r['parts_settled']} |")
+    return [*lines, ""]
 
 
 def write_report(results: dict[str, Any], out: Path) -> Path:

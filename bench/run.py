@@ -58,6 +58,9 @@ class Config:
     overhead_counts: list[int]
     ready_timeout_s: float
     plan_timing_loops: int = 200
+    #: The dataset the chunking figures load (one load vs 10 and 40 chunks), and how often.
+    chunk_dataset: str = "parquet_many_small"
+    chunk_repeats: int = 2
 
 
 def full_config() -> Config:
@@ -95,6 +98,8 @@ def quick_config() -> Config:
         overhead_counts=[1_000, 3_000],
         ready_timeout_s=5.0,
         plan_timing_loops=20,
+        chunk_dataset="csvgz_many_small",
+        chunk_repeats=1,
     )
 
 
@@ -488,11 +493,51 @@ def bench_overhead(stack: Any, cfg: Config) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------- main
 
 
+# ----------------------------------------------------------------------------------- chunks
+
+
+def bench_chunks(stack: Any, ds: Dataset, cfg: Config) -> list[dict[str, Any]]:
+    """The cost of chunking (docs/ledger.md): the same files as one incremental load (``skip_loaded``) and as
+    10 and 40 chunks (``max_files_per_load``), into a fresh table each time: the task's wall time, the
+    inserts' time, and the table's active parts right after the load and once merges settle."""
+    from airflow_provider_s3ch.local.sample import posts_ddl
+    from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
+
+    client = stack.clickhouse_client(send_receive_timeout=3600)
+    files = len(ds.keys)
+    out = []
+    for repeat in range(cfg.chunk_repeats):
+        for chunks in (1, 10, 40):
+            per_chunk = None if chunks == 1 else -(-files // chunks)
+            table = new_table(client, DATABASE, posts_ddl, f"chunks_{chunks}")
+            try:
+                op = S3ToClickHouseOperator(task_id="load", s3_uri=ds.s3_uri, table=f"{DATABASE}.{table}",
+                                            skip_loaded=True, max_files_per_load=per_chunk)
+                started = time.monotonic()
+                result = op.execute(fake_context(f"bench-{uuid.uuid4().hex[:10]}"))
+                wall = time.monotonic() - started
+                parts = client.execute(
+                    "SELECT count() FROM system.parts WHERE database = %(d)s AND table = %(t)s AND active",
+                    {"d": DATABASE, "t": table})[0][0]  # fmt: skip
+                ready = wait_ready(client, DATABASE, table, cfg.ready_timeout_s)
+            finally:
+                client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
+            row = {"dataset": ds.spec.name, "repeat": repeat, "chunks": len(result.get("chunks") or [0]),
+                   "files_per_chunk": per_chunk or files, "rows": result["written_rows"], "task_wall_s": round(wall, 2),
+                   "insert_s": round(result["duration_ms"] / 1000, 2), "parts_after_load": int(parts),
+                   "parts_settled": ready["parts"], "settle_s": ready["ready_s"]}
+            out.append(row)
+            log(f"chunks {row['chunks']:>2} x {row['files_per_chunk']} files: task {row['task_wall_s']} s, inserts "
+                f"{row['insert_s']} s, {row['parts_after_load']} parts after the load, {row['parts_settled']} settled")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the harness")
     parser.add_argument("--out", default="bench/results", help="where results.json, REPORT.md and plots go")
     parser.add_argument("--skip-overhead", action="store_true", help="skip the 10k/100k-object listing figures")
+    parser.add_argument("--only", choices=["chunks"], help="run one section only (on the datasets it needs)")
     args = parser.parse_args(argv)
     quiet_airflow_logs()
     cfg = quick_config() if args.quick else full_config()
@@ -518,31 +563,41 @@ def main(argv: list[str] | None = None) -> int:
         pool = RowPool(cfg.pool_rows_per_month)
         log(f"row pool: {pool.size} rows in {time.monotonic() - started:.1f}s")
         datasets = []
-        for spec in cfg.datasets:
+        specs = [s for s in cfg.datasets if s.name == cfg.chunk_dataset] if args.only else cfg.datasets
+        for spec in specs:
             ds = write_dataset(spec, pool, stack.s3_client(), BUCKET, node_files_dir(stack))
             log(f"dataset {spec.name}: {len(ds.keys)} files, {ds.bytes / 1e6:.1f} MB in {ds.write_seconds:.1f}s")
             datasets.append(ds)
         del pool
         results["generate_s"] = round(time.monotonic() - started, 1)
-        results["datasets"] = [bench_dataset(stack, ds, cfg) for ds in datasets]
-        # Caps on the largest dataset (one big row group per file) and on the one with the most files
-        # (small row groups): the cap must hold on both, whether the load fits or not.
-        largest = max(datasets, key=lambda d: d.bytes)
-        most_files = max((d for d in datasets if d is not largest), key=lambda d: len(d.keys), default=None)
-        results["memory_caps"] = bench_caps(stack, largest, cfg)
-        if most_files is not None and most_files.spec.fmt == "parquet":
-            results["memory_caps"] += bench_caps(stack, most_files, cfg)
-        if not args.skip_overhead:
-            results["overhead"] = bench_overhead(stack, cfg)
-        results["operator_overhead"] = [
-            {"dataset": d["dataset"]["name"], "runs": [
-                {"task_wall_s": r.get("task_wall_s"), "operator_wall_ms": r.get("operator_wall_ms"),
-                 "insert_s": r.get("duration_s"), "overhead_s": r.get("operator_overhead_s")}
-                for r in d["runs"]["c"]]}
-            for d in results["datasets"]
-        ]
+        chunked = next((d for d in datasets if d.spec.name == cfg.chunk_dataset), None)
+        if args.only == "chunks":
+            results["chunks"] = bench_chunks(stack, chunked, cfg) if chunked is not None else []
+        else:
+            results["datasets"] = [bench_dataset(stack, ds, cfg) for ds in datasets]
+            # Caps on the largest dataset (one big row group per file) and on the one with the most files
+            # (small row groups): the cap must hold on both, whether the load fits or not.
+            largest = max(datasets, key=lambda d: d.bytes)
+            most_files = max((d for d in datasets if d is not largest), key=lambda d: len(d.keys), default=None)
+            results["memory_caps"] = bench_caps(stack, largest, cfg)
+            if most_files is not None and most_files.spec.fmt == "parquet":
+                results["memory_caps"] += bench_caps(stack, most_files, cfg)
+            if not args.skip_overhead:
+                results["overhead"] = bench_overhead(stack, cfg)
+            results["operator_overhead"] = [
+                {"dataset": d["dataset"]["name"], "runs": [
+                    {"task_wall_s": r.get("task_wall_s"), "operator_wall_ms": r.get("operator_wall_ms"),
+                     "insert_s": r.get("duration_s"), "overhead_s": r.get("operator_overhead_s")}
+                    for r in d["runs"]["c"]]}
+                for d in results["datasets"]
+            ]
+            results["chunks"] = bench_chunks(stack, chunked, cfg) if chunked is not None else []
         results["machine"]["load_average_end"] = os.getloadavg()
     results["wall_s"] = round(time.monotonic() - began, 1)
+    if args.only:  # one section: its figures alone, beside the full run's report
+        (out / f"{args.only}.json").write_text(json.dumps(results, indent=2, default=str))
+        log(f"done in {results['wall_s']}s: {out / f'{args.only}.json'}")
+        return 0
     (out / "results.json").write_text(json.dumps(results, indent=2, default=str))
     from bench.report import write_report
 

@@ -20,6 +20,13 @@ dropped only once every partition moved, so a ``pending`` row whose staging tabl
 committed (:func:`row_status` says ``committed``: whoever sees it records ``loaded``); one whose
 staging table is there is still being finished, by the load's retry.
 
+**Chunks** (``max_files_per_load`` / ``max_bytes_per_load``): a load splits its files into consecutive
+chunks, numbered from 1 in its ``claimed`` rows. Each chunk is a load of its own for the states above:
+its insert's query id and its staging table carry the chunk's unit id (:func:`unit_id`), so a
+``pending`` row is judged by its own chunk's staging table. A retry reads the rows it holds and loads
+the chunks that are not committed yet, in order: chunk 8 after a death in chunk 8, whatever step it
+died at. A load's claims are live while any of its chunks runs or has a staging table.
+
 Two loads that want the same file both write a ``claimed`` row; each then reads the ledger again and
 keeps the files where its claim is the earliest live one (:func:`confirm`). "Earliest" is the row's
 ``_block_number``: ClickHouse numbers a MergeTree table's inserts when it commits them, in the order in
@@ -46,6 +53,7 @@ from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.glob import split_archive
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object, TableRef
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, LoadSteps
+from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import quote_identifier, render_table
 
 #: The ledger's name in the target's database unless ``ledger_table`` names another.
@@ -57,8 +65,11 @@ DEFAULT_CLAIM_TIMEOUT = 3600.0
 #: How many keys each list in the XCom's ``ledger`` entry shows (the counts are always whole).
 KEYS_SHOWN = 20
 
-#: The chunk of a whole file (chunked loads number their chunks from 1).
+#: The chunk of a load that is not split (chunked loads number their chunks from 1).
 WHOLE_FILE = 0
+
+#: Hex digits of the chunk number in a chunk's unit id (up to 16,777,215 chunks).
+CHUNK_HEX_DIGITS = 6
 
 State = Literal["claimed", "pending", "loaded", "released"]
 STATES: tuple[State, ...] = ("claimed", "pending", "loaded", "released")
@@ -89,11 +100,21 @@ def check_request(request: LoadRequest) -> None:
     :raises InvalidRequestError: a combination that cannot work, or a malformed ``ledger_table``.
     """
     if not request.skip_loaded:
+        if request.chunked:
+            raise InvalidRequestError(
+                "max_files_per_load / max_bytes_per_load need skip_loaded=True: the file ledger records which "
+                "chunks are committed, so that a retry resumes at the next one; set skip_loaded=True"
+            )
         return
     if request.mode == "overwrite":
         raise InvalidRequestError(
             "skip_loaded=True cannot run with mode='overwrite': the new files alone would replace the whole "
             "table; use mode='append' (or 'replace_partitions'), or load every file without skip_loaded"
+        )
+    if request.chunked and request.mode != "append":
+        raise InvalidRequestError(
+            f"max_files_per_load / max_bytes_per_load cannot run with mode={request.mode!r}: a later chunk would "
+            "replace the partitions an earlier chunk wrote; use mode='append', or load without chunks"
         )
     if request.on_changed == "reload" and request.mode == "append":
         raise InvalidRequestError(
@@ -158,7 +179,7 @@ def render_create_ledger(ledger: TableRef) -> str:
     `etag` String COMMENT 'the ETag from the listing, without quotes: another ETag is another version',
     `size` UInt64 COMMENT 'bytes, from the listing',
     `last_modified` Nullable(DateTime64(3, 'UTC')) COMMENT 'from the listing',
-    `chunk` UInt32 DEFAULT 0 COMMENT 'the part of the file the load took; 0: the whole file',
+    `chunk` UInt32 DEFAULT 0 COMMENT 'the load''s chunk the file was in (1, 2, ...); 0: a load not split',
     `load_id` String COMMENT 'the load: its query id stem, the same for every try of one task instance',
     `query_id` String COMMENT 'the try that wrote the row; pending and loaded: the insert that read the file',
     `state` Enum8('claimed' = 1, 'pending' = 2, 'loaded' = 3, 'released' = 4),
@@ -227,9 +248,24 @@ READ_FIELDS = ("key", "etag", "chunk", "load_id", "query_id", "state", "size", "
                "age_s", "block", "version")
 
 
-def staging_name(load_id: str) -> str:
-    """The staging table of a load (in the target's database)."""
-    return f"{STAGING_PREFIX}{load_id}"
+def unit_id(load_id: str, chunk: int = WHOLE_FILE) -> str:
+    """The id of one insert of a load: the load's id, or for a chunk the load's id and the chunk's number in
+    hex. It is the stem of the insert's query id and names its staging table.
+
+    :param load_id: the load (its query id stem, hex).
+    :param chunk: the chunk, :data:`WHOLE_FILE` for a load that is not split.
+    """
+    return load_id if chunk == WHOLE_FILE else f"{load_id}{chunk:0{CHUNK_HEX_DIGITS}x}"
+
+
+def load_of(unit: str, stem_digits: int) -> str:
+    """The load a unit id belongs to (its first ``stem_digits`` hex digits)."""
+    return unit[:stem_digits]
+
+
+def staging_name(load_id: str, chunk: int = WHOLE_FILE) -> str:
+    """The staging table of a load or of one of its chunks (in the target's database)."""
+    return f"{STAGING_PREFIX}{unit_id(load_id, chunk)}"
 
 
 # ---------------------------------------------------------------------- rows and what they mean
@@ -258,27 +294,36 @@ class LedgerRow(BaseModel):
 
     @property
     def file(self) -> FileVersion:
-        return FileVersion(self.key, self.etag, self.chunk)
+        return FileVersion(self.key, self.etag)
+
+    @property
+    def unit(self) -> str:
+        """The insert that reads the row's file: the load, or its chunk (:func:`unit_id`)."""
+        return unit_id(self.load_id, self.chunk)
 
 
 class FileVersion(NamedTuple):
-    """One version of one file's chunk: what the ledger records once per load."""
+    """One version of one file: what the ledger records once per load."""
 
     key: str
     etag: str
-    chunk: int = WHOLE_FILE
 
 
 def version_of(obj: S3Object) -> FileVersion:
-    """The whole file's version as the listing gives it (its ETag; ``""`` when S3 gave none)."""
-    return FileVersion(obj.key, obj.etag or "", WHOLE_FILE)
+    """The file's version as the listing gives it (its ETag; ``""`` when S3 gave none)."""
+    return FileVersion(obj.key, obj.etag or "")
 
 
 class LoadFacts(BaseModel):
-    """What the server says of the loads the rows name: whose staging table exists, whose query runs."""
+    """What the server says of the loads the rows name: which units' staging tables exist (:func:`unit_id`),
+    which loads run a query (of any of their chunks)."""
 
     staging: frozenset[str] = frozenset()
     running: frozenset[str] = frozenset()
+
+    def busy(self, load_id: str) -> bool:
+        """Whether a load runs a query or has a staging table, of any chunk."""
+        return load_id in self.running or any(u.startswith(load_id) for u in self.staging)
 
 
 def row_status(row: LedgerRow, facts: LoadFacts, *, own: str, claim_timeout: float) -> Status:
@@ -297,10 +342,9 @@ def row_status(row: LedgerRow, facts: LoadFacts, *, own: str, claim_timeout: flo
     """
     if row.state in ("loaded", "released"):
         return row.state
-    busy = row.load_id in facts.staging or row.load_id in facts.running
     if row.state == "pending":
-        return "in_flight" if row.load_id in facts.staging else "committed"
-    if busy:
+        return "in_flight" if row.unit in facts.staging else "committed"
+    if facts.busy(row.load_id):
         return "live"
     limit = claim_timeout / 2 if row.load_id == own else claim_timeout
     return "live" if row.age_s < limit else "stale"
@@ -330,9 +374,13 @@ class Selection(BaseModel):
     committed: list[LedgerRow] = Field(default_factory=list)
     #: This load's rows it gives up (stale claims it does not take again, files gone from S3).
     release: list[LedgerRow] = Field(default_factory=list)
-    #: This load's earlier try inserted these files and its staging table still holds them: its insert
-    #: finished (``pending``), or may have (``claimed``); the query id of the pending rows' insert.
-    finished_insert: str | None = None
+    #: Per chunk whose staging table still holds its files and whose rows are ``pending``: the query id of
+    #: the insert that finished into it (an earlier try's).
+    finished_inserts: dict[int, str] = Field(default_factory=dict)
+    #: The chunk each file of :attr:`files` is in (its row's for a retry; :data:`WHOLE_FILE` unless chunked).
+    chunk_of: dict[str, int] = Field(default_factory=dict)
+    #: The load's chunks in all, committed ones included (0: not chunked).
+    chunks: int = 0
 
     @property
     def new(self) -> list[str]:
@@ -368,8 +416,9 @@ def select_files(
 
     A **retry** (this load has rows that are not released and not stale) reads what it held, nothing new:
     its ``claimed`` and ``pending`` files that are still listed with the same ETag, or all of them while its
-    staging table exists (the earlier try may have read them already); files gone from the listing are
-    released when there is no staging table. Its ``loaded`` and committed files are done.
+    chunk's staging table exists (the earlier try may have read them already); files gone from the listing
+    are released when there is no staging table. Its ``loaded`` and committed files are done. Its stale
+    claims are claimed again when no other load holds the file. Each file stays in the chunk its row names.
 
     Otherwise each listed file version is, in this order: ``loaded`` (a row of any load is loaded or
     committed: left out), held by another load (an ``in_flight`` or ``live`` row: left out, the next run
@@ -393,9 +442,11 @@ def select_files(
     loaded_keys = {r.key for r in rows if status[id(r)] in ("loaded", "committed")}
     mine = [r for r in rows if r.load_id == own and status[id(r)] not in ("released", "stale")]
     stale_mine = [r for r in rows if r.load_id == own and status[id(r)] == "stale"]
+    released_mine = [r for r in rows if r.load_id == own and status[id(r)] == "released"]
 
     if mine:
-        return _retry(listed, mine, stale_mine, status, done, loaded_keys, committed, facts, own, fmt, compression)
+        return _retry(listed, rows, mine, stale_mine, released_mine, status, done, loaded_keys, committed, facts,
+                      own, fmt, compression)
 
     by_file = _by_file(r for r in rows if r.load_id != own)
     sel = Selection(committed=committed)
@@ -426,38 +477,131 @@ def select_files(
             "on_changed='skip' to leave them out"
         )
     sel.claim = list(sel.files)
-    chosen = {version_of(o) for o in sel.files}
-    sel.release = [r for r in stale_mine if r.file not in chosen]
+    sel.chunk_of = {o.key: WHOLE_FILE for o in sel.files}
+    sel.release = list(stale_mine)  # written before the new claims: a file claimed again gets a newer row
     return sel
 
 
 def _retry(
-    listed: list[S3Object], mine: list[LedgerRow], stale_mine: list[LedgerRow], status: Mapping[int, Status],
-    done: set[FileVersion], loaded_keys: set[str], committed: list[LedgerRow], facts: LoadFacts, own: str,
-    fmt: str | None, compression: str | None,
+    listed: list[S3Object], rows: Sequence[LedgerRow], mine: list[LedgerRow], stale_mine: list[LedgerRow],
+    released_mine: list[LedgerRow], status: Mapping[int, Status], done: set[FileVersion], loaded_keys: set[str],
+    committed: list[LedgerRow],
+    facts: LoadFacts, own: str, fmt: str | None, compression: str | None,
 ) -> Selection:
-    """The selection of a load that holds files already (see :func:`select_files`)."""
-    staged = own in facts.staging
+    """The selection of a load that holds files already (see :func:`select_files`): the files of its chunks
+    that are not committed, each in the chunk its row names. Its stale claims, and the claims an earlier try
+    gave back when it failed, are claimed again (in their chunks) where no other load holds the file: the
+    retry of a chunked load goes on with the chunks after the one that failed."""
     listing = {version_of(o): o for o in listed}
     held = [r for r in mine if status[id(r)] in ("in_flight", "live")]
+    others = _by_file(r for r in rows if r.load_id != own)
+    taken = {v for v, rs in others.items() if any(status[id(r)] in ("in_flight", "live") for r in rs)}
     files: list[S3Object] = []
-    release = list(stale_mine)
+    chunk_of: dict[str, int] = {}
+    release: list[LedgerRow] = []
+    claim: list[S3Object] = []
     for row in held:
         obj = listing.get(row.file)
-        if obj is None and staged:
+        if obj is None and row.unit in facts.staging:
             obj = S3Object(key=row.key, size=row.size, etag=row.etag or None, last_modified=row.last_modified,
                            format=fmt, compression=compression)
         if obj is None:
             release.append(row)  # gone from S3 (or rewritten) before this load read it
         else:
             files.append(obj)
-    pending = [r for r in held if r.state == "pending"]
+            chunk_of[obj.key] = row.chunk
+    stale = {id(r) for r in stale_mine}
+    for row in [*stale_mine, *released_mine]:
+        obj = listing.get(row.file)
+        if obj is None or row.file in done or row.file in taken or obj.key in chunk_of:
+            if id(row) in stale:
+                release.append(row)
+        else:  # a stale claim no other load took: this load claims it again, in the same chunk
+            files.append(obj)
+            claim.append(obj)
+            chunk_of[obj.key] = row.chunk
     reloaded = [o.key for o in files if o.key in loaded_keys and version_of(o) not in done]
     return Selection(
-        files=files, retry=True, reloaded=reloaded, committed=committed, release=release,
+        files=files, retry=True, reloaded=reloaded, committed=committed, release=release, claim=claim,
+        chunk_of=chunk_of, chunks=max((r.chunk for r in [*mine, *stale_mine]), default=WHOLE_FILE),
         skipped_loaded=[o.key for o in listed if version_of(o) in done],
-        finished_insert=pending[0].query_id if pending and staged else None,
+        finished_inserts={r.chunk: r.query_id for r in held if r.state == "pending" and r.unit in facts.staging},
     )
+
+
+def split_chunks(files: Sequence[S3Object], *, max_files: int | None, max_bytes: int | None) -> list[list[S3Object]]:
+    """Consecutive chunks of ``files`` in key order: at most ``max_files`` files and ``max_bytes`` bytes each
+    (a file larger than ``max_bytes`` is a chunk alone). One chunk when neither limit is given.
+
+    :param files: the files a load reads.
+    :param max_files: the most files in a chunk.
+    :param max_bytes: the most bytes (as listed) in a chunk.
+    """
+    ordered = sorted(files, key=lambda o: o.key)
+    if max_files is None and max_bytes is None:
+        return [ordered] if ordered else []
+    chunks: list[list[S3Object]] = []
+    current: list[S3Object] = []
+    size = 0
+    for obj in ordered:
+        full = (max_files is not None and len(current) >= max_files) or (
+            max_bytes is not None and current and size + obj.size > max_bytes)
+        if full:
+            chunks.append(current)
+            current, size = [], 0
+        current.append(obj)
+        size += obj.size
+    if current:
+        chunks.append(current)
+    return chunks
+
+
+def assign_chunks(sel: Selection, *, max_files: int | None, max_bytes: int | None) -> Selection:
+    """A first try's selection with its files split into chunks numbered from 1 (:func:`split_chunks`); the
+    selection as it is for a retry (its rows name their chunks) or when neither limit is given.
+
+    :param sel: the selection.
+    :param max_files: ``max_files_per_load``.
+    :param max_bytes: ``max_bytes_per_load``.
+    """
+    if sel.retry or (max_files is None and max_bytes is None):
+        return sel
+    chunks = split_chunks(sel.files, max_files=max_files, max_bytes=max_bytes)
+    chunk_of = {o.key: n for n, chunk in enumerate(chunks, start=1) for o in chunk}
+    return sel.model_copy(update={"chunk_of": chunk_of, "chunks": len(chunks)})
+
+
+class Chunk(BaseModel):
+    """One insert of a load: a chunk's files (or all of them, :data:`WHOLE_FILE`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    number: int = WHOLE_FILE
+    #: The load's chunks in all (0: not chunked).
+    total: int = 0
+    files: list[S3Object] = Field(default_factory=list)
+
+    @property
+    def bytes(self) -> int:
+        return sum(o.size for o in self.files)
+
+    def describe(self) -> str:
+        """``"chunk 8/20: 100 files, 1.2 GiB"``."""
+        what = f"{len(self.files)} file{'s' if len(self.files) != 1 else ''}, {fmt_bytes(self.bytes)}"
+        return what if self.number == WHOLE_FILE else f"chunk {self.number}/{self.total}: {what}"
+
+
+def chunks_of(sel: Selection) -> list[Chunk]:
+    """The selection's files as the chunks they load in, in chunk order."""
+    return [Chunk(number=n, total=sel.chunks, files=files) for n, files in group_chunks(sel.files, sel.chunk_of)]
+
+
+def group_chunks(files: Sequence[S3Object], chunk_of: Mapping[str, int]) -> list[tuple[int, list[S3Object]]]:
+    """The files by chunk, in chunk order: ``[(chunk, files), …]``."""
+    out: dict[int, list[S3Object]] = defaultdict(list)
+    for obj in files:
+        out[chunk_of.get(obj.key, WHOLE_FILE)].append(obj)
+    return sorted(out.items())
 
 
 def confirm(
@@ -483,8 +627,8 @@ def confirm(
     for obj in objects:
         version = version_of(obj)
         candidates = by_file.get(version, [])
-        me = next((r for r in candidates if r.load_id == own), None)
-        if me is None or me.state not in ("claimed", "pending"):
+        me = next((r for r in candidates if r.load_id == own and r.state in ("claimed", "pending")), None)
+        if me is None:
             lost.append(obj)
             continue
         beaten = False
@@ -553,7 +697,7 @@ def narrow_manifest(manifest: Manifest, files: Sequence[S3Object], pattern: str)
 
 def state_rows(
     target: str, bucket: str, files: Iterable[S3Object | LedgerRow], *, load_id: str, query_id: str, state: State,
-    rows: int | None = None,
+    rows: int | None = None, chunk_of: Mapping[str, int] | None = None,
 ) -> list[tuple[object, ...]]:
     """The driver's rows for :func:`render_write`: one per file, in ``state``; ``claimed_at`` appended
     (from the ledger row) when ``files`` are rows.
@@ -565,15 +709,17 @@ def state_rows(
     :param query_id: the try that writes them, or the insert that read the files.
     :param state: the state to write.
     :param rows: rows the file gave, where known.
+    :param chunk_of: the chunk of each object's key (:data:`WHOLE_FILE` for a key it does not name).
     """
     out: list[tuple[object, ...]] = []
+    chunk_of = chunk_of or {}
     for f in files:
         if isinstance(f, LedgerRow):
             out.append((target, bucket, f.key, f.etag, f.size, f.last_modified, f.chunk, load_id, query_id, state,
                         rows if rows is not None else f.rows, f.claimed_at))
         else:
-            out.append((target, bucket, f.key, f.etag or "", f.size, f.last_modified, WHOLE_FILE, load_id, query_id,
-                        state, rows))
+            out.append((target, bucket, f.key, f.etag or "", f.size, f.last_modified,
+                        chunk_of.get(f.key, WHOLE_FILE), load_id, query_id, state, rows))
     return out
 
 
@@ -616,4 +762,5 @@ def summary(
         "recovered_keys": shown(recovered),
         "keys_shown": KEYS_SHOWN,
         "claim_timeout": claim_timeout,
+        "chunks": selection.chunks,
     }

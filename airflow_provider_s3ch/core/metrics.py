@@ -205,3 +205,36 @@ def summary(plan: LoadPlan, metrics: LoadMetrics, wall_ms: int) -> dict[str, Any
         "checks": [c.model_dump(mode="json") for c in plan.checks],
         "warnings": plan.warnings,
     }
+
+
+def combine_chunks(parts: Sequence[LoadMetrics]) -> LoadMetrics:
+    """One load's figures from its chunks' inserts, which ran one after another: rows, bytes, durations and
+    admission waits add up; the peak memory is the largest chunk's; the query id and settings are the last
+    chunk's (each chunk's own are in the XCom's ``chunks``).
+
+    :param parts: the chunks' figures (non-empty).
+    """
+    if len(parts) == 1:
+        return parts[0]
+    last = parts[-1]
+    nodes: dict[str, NodeMetrics] = {}
+    for node in (n for p in parts for n in p.nodes):
+        m = nodes.get(node.node)
+        nodes[node.node] = node if m is None else m.model_copy(update={
+            "written_rows": m.written_rows + node.written_rows, "written_bytes": m.written_bytes + node.written_bytes,
+            "read_rows": m.read_rows + node.read_rows, "read_bytes": m.read_bytes + node.read_bytes,
+            "duration_ms": m.duration_ms + node.duration_ms, "memory_usage": max(m.memory_usage, node.memory_usage),
+            "admission_wait_ms": m.admission_wait_ms + node.admission_wait_ms,
+        })  # fmt: skip
+    return LoadMetrics(
+        query_id=last.query_id,
+        written_rows=sum(p.written_rows for p in parts),
+        written_bytes=sum(p.written_bytes for p in parts),
+        read_rows=sum(p.read_rows for p in parts),
+        read_bytes=sum(p.read_bytes for p in parts),
+        duration_ms=sum(p.duration_ms for p in parts),
+        memory_usage=max(p.memory_usage for p in parts),
+        admission_wait_ms=sum(p.admission_wait_ms for p in parts),
+        settings=last.settings,
+        nodes=list(nodes.values()),
+    )

@@ -129,6 +129,11 @@ class LoadRequest(BaseModel):
     ledger_table: str | None = None
     #: With ``skip_loaded``: a run with no new file is skipped (Airflow's skipped state) instead of succeeding.
     skip_when_empty: bool = False
+    #: With ``skip_loaded``: the most files one insert reads; a larger selection loads in consecutive chunks,
+    #: each through its own staging table and committed with its ledger rows (docs/ledger.md).
+    max_files_per_load: int | None = None
+    #: With ``skip_loaded``: the most bytes (as listed) one insert reads; a file larger than this is a chunk alone.
+    max_bytes_per_load: int | None = Field(default=None, description="bytes; parsed from strings like '10GiB'")
 
     @model_validator(mode="after")
     def _contract(self) -> LoadRequest:
@@ -162,6 +167,29 @@ class LoadRequest(BaseModel):
     @classmethod
     def _cap(cls, v: Any) -> Any:
         return parse_size(v)
+
+    @field_validator("max_bytes_per_load", mode="before")
+    @classmethod
+    def _chunk_bytes(cls, v: Any) -> Any:
+        return parse_size(v, "max_bytes_per_load")
+
+    @field_validator("max_files_per_load", mode="before")
+    @classmethod
+    def _chunk_files(cls, v: Any) -> Any:
+        if v is None or (isinstance(v, str) and not v.strip()):
+            return None
+        try:
+            n = int(v) if not isinstance(v, bool) and float(v) == int(float(v)) else None
+        except (TypeError, ValueError):
+            n = None
+        if n is None or n < 1:
+            raise InvalidRequestError(f"max_files_per_load={v!r} must be a whole number of files, 1 or more (e.g. 100)")
+        return n
+
+    @property
+    def chunked(self) -> bool:
+        """Whether the load splits its files into chunks (``max_files_per_load`` or ``max_bytes_per_load``)."""
+        return self.max_files_per_load is not None or self.max_bytes_per_load is not None
 
     @field_validator("s3_uri")
     @classmethod

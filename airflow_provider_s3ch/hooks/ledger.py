@@ -8,6 +8,7 @@ running queries), writes the states, and hands the operator the files its insert
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -16,11 +17,15 @@ from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
 from airflow_provider_s3ch.core.ledger import (
     DEFAULT_CLAIM_TIMEOUT,
     READ_FIELDS,
+    WHOLE_FILE,
+    Chunk,
     LedgerRow,
     LoadFacts,
     Selection,
     State,
+    assign_chunks,
     check_steps,
+    chunks_of,
     confirm,
     key_list_pattern,
     ledger_engine_problem,
@@ -30,13 +35,13 @@ from airflow_provider_s3ch.core.ledger import (
     render_read,
     render_write,
     select_files,
-    staging_name,
     state_rows,
     summary,
     target_name,
+    unit_id,
 )
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, LoadRequest, Manifest, S3Object
-from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Resume
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, STEM_HEX_DIGITS, LoadSteps, QueryId, Resume
 from airflow_provider_s3ch.errors import PlanError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 
@@ -75,7 +80,12 @@ class LedgerRun:
         self.bucket = request.bucket
         self.selection = Selection()
         self.files: list[S3Object] = []
+        self.chunks: list[Chunk] = []
         self.lost: list[S3Object] = []
+        self._manifest: Manifest | None = None
+        self._url = ""
+        #: When this load's claims were written or last renewed (``time.monotonic()``).
+        self._claimed_at = time.monotonic()
         self.recovered: list[LedgerRow] = []
         #: This load wrote or holds claims (released again when it fails having left nothing behind).
         self.holding = False
@@ -113,29 +123,31 @@ class LedgerRun:
         return [LedgerRow.model_validate(dict(zip(READ_FIELDS, row, strict=True))) for row in data]
 
     def facts(self, rows: Sequence[LedgerRow]) -> LoadFacts:
-        """Whose staging table exists and whose query runs, for this load and the loads with open rows."""
+        """Which staging tables exist (of the load or of its chunks) and whose query runs, for this load and
+        the loads with open rows."""
         ids = sorted({r.load_id for r in rows if r.state in ("claimed", "pending")} | {self.own})
         staged = self.hook.execute(
-            "SELECT name FROM system.tables WHERE database = %(d)s AND name IN %(n)s",
-            {"d": self.database, "n": tuple(staging_name(i) for i in ids)},
+            "SELECT name FROM system.tables WHERE database = %(d)s AND startsWith(name, %(p)s) "
+            "AND substring(name, %(at)s, %(n)s) IN %(ids)s",
+            {"d": self.database, "p": STAGING_PREFIX, "at": len(STAGING_PREFIX) + 1, "n": STEM_HEX_DIGITS,
+             "ids": tuple(ids)},
         )
         running = self.hook.execute("SELECT query_id FROM system.processes WHERE startsWith(query_id, 's3ch-')")
-        stems = set()
+        loads = set()
         for (text,) in running:
             try:
-                stems.add(QueryId.parse(str(text)).stem)
+                loads.add(QueryId.parse(str(text)).stem[:STEM_HEX_DIGITS])
             except InvalidRequestError:  # another query id that starts with s3ch-
                 continue
-        by_name = {staging_name(i): i for i in ids}
-        return LoadFacts(
-            staging=frozenset(by_name[str(n)] for (n,) in staged if str(n) in by_name),
-            running=frozenset(stems & set(ids)),
-        )
+        units = {str(n)[len(STAGING_PREFIX):] for (n,) in staged}
+        return LoadFacts(staging=frozenset(u for u in units if u[:STEM_HEX_DIGITS] in ids),
+                         running=frozenset(loads & set(ids)))
 
     # ------------------------------------------------------------------ writes
     def write(self, files: Sequence[S3Object | LedgerRow], state: State, *, query_id: str,
               rows: int | None = None) -> None:
-        """Write ``state`` for ``files`` (this load's rows); a ledger row's claim time is kept."""
+        """Write ``state`` for ``files`` (this load's rows, each listed file in its chunk); a ledger row's claim
+        time is kept."""
         if not files:
             return
         objects = [f for f in files if isinstance(f, S3Object)]
@@ -145,7 +157,7 @@ class LedgerRun:
                 self.hook.execute(
                     render_write(self.ledger, with_claimed_at=with_claimed_at),
                     state_rows(self.target, self.bucket, group, load_id=self.own, query_id=query_id, state=state,
-                               rows=rows),
+                               rows=rows, chunk_of=self.selection.chunk_of),
                     settings=WRITE_SETTINGS,
                 )
 
@@ -164,9 +176,10 @@ class LedgerRun:
                           "recorded as loaded: %s", len(rows), ", ".join(r.key for r in rows[:5]))
 
     # ------------------------------------------------------------------ the operator's steps
-    def prepare(self, manifest: Manifest, url: str) -> tuple[Manifest, str] | None:
-        """Select this load's files and claim them (a dry run reads only): the manifest of the files the insert
-        reads and its URL (the keys as one ``{a,b,…}`` list); None when there is no new file.
+    def prepare(self, manifest: Manifest, url: str) -> list[Chunk]:
+        """Select this load's files and claim them (a dry run reads only), split into chunks when the request
+        says so (a retry keeps the chunks its rows name): the chunks to load in order, none when there is no
+        new file. :meth:`begin` gives each chunk's manifest and URL.
 
         :param manifest: the listing's manifest.
         :param url: the URL of the whole glob (:func:`~airflow_provider_s3ch.core.glob.object_url`).
@@ -183,7 +196,12 @@ class LedgerRun:
             manifest.objects, rows, facts, own=self.own, on_changed=self.request.on_changed,
             claim_timeout=self.claim_timeout, fmt=manifest.format, compression=manifest.compression,
         )
+        sel = assign_chunks(sel, max_files=self.request.max_files_per_load, max_bytes=self.request.max_bytes_per_load)
+        if sel.retry and rows:  # the claims' age: the renewal before a chunk counts from the oldest one kept
+            ages = [r.age_s for r in rows if r.load_id == self.own and r.state == "claimed"]
+            self._claimed_at = time.monotonic() - max(ages, default=0.0)
         self.selection, files = sel, list(sel.files)
+        self._manifest, self._url = manifest, url
         archive_syntax = archive_path_syntax(self.request.settings)
         if files:  # a key the insert cannot name fails the load before anything is claimed
             key_list_pattern([o.key for o in files], self.request.key_pattern, archive_syntax=archive_syntax)
@@ -192,60 +210,112 @@ class LedgerRun:
             self.write(sel.release, "released", query_id=str(self.query_id))
             if sel.claim:
                 self.write(sel.claim, "claimed", query_id=str(self.query_id))
+                self._claimed_at = time.monotonic()
+            # Files of a chunk whose staging table exists are this load's already (its earlier try may have
+            # read them); the others hold only if no other load got them first.
+            unsure = [o for o in files if unit_id(self.own, sel.chunk_of.get(o.key, WHOLE_FILE)) not in facts.staging]
+            if files:
                 self.holding = True
-                after = self.read(o.key for o in sel.claim)
-                files, self.lost = confirm(sel.claim, after, self.facts(after), own=self.own,
-                                           claim_timeout=self.claim_timeout)
-            elif sel.retry and files:
-                self.holding = True
-                if self.own not in facts.staging:  # the earlier try may have died before it confirmed its claims
-                    files, self.lost = confirm(files, rows, facts, own=self.own, claim_timeout=self.claim_timeout)
+            if unsure:
+                if sel.claim:
+                    rows = self.read(o.key for o in unsure)
+                    facts = self.facts(rows)
+                kept, self.lost = confirm(unsure, rows, facts, own=self.own, claim_timeout=self.claim_timeout)
+                gone = {o.key for o in self.lost}
+                files = [o for o in files if o.key not in gone]
             if self.lost:
                 self.write(self.lost, "released", query_id=str(self.query_id))
         self.files = files
+        self.chunks = chunks_of(sel.model_copy(update={"files": files}))
         self._log()
-        if not files:
+        return list(self.chunks)
+
+    def begin(self, chunk: Chunk) -> tuple[Chunk, Manifest, str] | None:
+        """Before a chunk's insert: the chunk (claims renewed when they are half their timeout old, the files
+        another load took meanwhile left out), its manifest and its URL (its keys as one ``{a,b,…}`` list);
+        None when no file of it is left.
+
+        :param chunk: one of :meth:`prepare`'s chunks.
+        """
+        if not self.request.dry_run and time.monotonic() - self._claimed_at > self.claim_timeout / 2:
+            self._renew(chunk)
+            chunk = next((c for c in self.chunks if c.number == chunk.number), Chunk(number=chunk.number))
+        if not chunk.files or self._manifest is None:
             return None
-        body, pattern = key_list_pattern([o.key for o in files], self.request.key_pattern,
-                                         archive_syntax=archive_syntax)
-        return narrow_manifest(manifest, files, pattern), key_url(url, self.request.key_pattern, body)
+        body, pattern = key_list_pattern([o.key for o in chunk.files], self.request.key_pattern,
+                                         archive_syntax=archive_path_syntax(self.request.settings))
+        return (chunk, narrow_manifest(self._manifest, chunk.files, pattern),
+                key_url(self._url, self.request.key_pattern, body))
+
+    def _renew(self, current: Chunk) -> None:
+        """Claim again the files of the chunks not started yet (this one unless its insert finished), so that
+        no other load takes them as stale while this load works through its chunks; keep those still ours."""
+        later = [c for c in self.chunks if c.number > current.number or (
+            c.number == current.number and current.number not in self.selection.finished_inserts)]
+        files = [o for c in later for o in c.files]
+        if not files:
+            return
+        self.write(files, "claimed", query_id=str(self.query_id))
+        self._claimed_at = time.monotonic()
+        rows = self.read(o.key for o in files)
+        kept, lost = confirm(files, rows, self.facts(rows), own=self.own, claim_timeout=self.claim_timeout)
+        if lost:
+            self.write(lost, "released", query_id=str(self.query_id))
+            self.lost.extend(lost)
+            gone = {o.key for o in lost}
+            self.files = [o for o in self.files if o.key not in gone]
+            self.chunks = [c.model_copy(update={"files": [o for o in c.files if o.key not in gone]})
+                           for c in self.chunks]
+            self.log.warning("Ledger: %d file(s) of later chunks were taken by another load while this one ran "
+                             "(claims older than claim_timeout): left to it: %s", len(lost),
+                             ", ".join(o.key for o in lost[:5]))
+        self.log.info("Ledger: renewed the claims on %d file(s) of the chunks to come", len(files) - len(lost))
+
+    def query_id_of(self, chunk: Chunk) -> QueryId:
+        """The query id of this try's insert of ``chunk``: the load's, or the chunk's unit id as its stem."""
+        return QueryId(stem=unit_id(self.own, chunk.number), try_number=self.query_id.try_number)
 
     def check(self, steps: LoadSteps, plan: LoadPlan) -> None:
         """Refuse a load that does not go through a staging table (its claims are released by :meth:`abandon`)."""
         check_steps(steps, strategy=plan.strategy)
 
-    def attach_to(self, resume: Resume) -> str | None:
-        """The insert to attach to when the ledger knows it finished and the query log did not say so: this
-        load's ``pending`` rows while its staging table still holds them (a cleared task instance, or a log
+    def attach_to(self, resume: Resume, chunk: Chunk) -> str | None:
+        """The insert to attach to when the ledger knows it finished and the query log did not say so: the
+        chunk's ``pending`` rows while its staging table still holds them (a cleared task instance, or a log
         that lost the entry). Loading afresh would drop the staging table after some partitions moved."""
-        if resume.action == "load" and self.selection.finished_insert:
+        finished = self.selection.finished_inserts.get(chunk.number)
+        if resume.action == "load" and finished:
             self.log.info("Ledger: insert %s finished and its staging table still holds the files: finishing it",
-                          self.selection.finished_insert)
-            return self.selection.finished_insert
+                          finished)
+            return finished
         return None
 
-    def pending(self, metrics: LoadMetrics) -> None:
-        """Before the staging table's partitions move: the files are ``pending`` under the insert that read them."""
-        self.write(self.files, "pending", query_id=metrics.query_id, rows=self._rows(metrics))
+    def pending(self, metrics: LoadMetrics, chunk: Chunk) -> None:
+        """Before the staging table's partitions move: the chunk's files are ``pending`` under the insert that
+        read them."""
+        self.write(chunk.files, "pending", query_id=metrics.query_id, rows=self._rows(metrics, chunk))
 
-    def loaded(self, metrics: LoadMetrics) -> None:
-        """After the staging table was dropped: the files are ``loaded``."""
-        self.write(self.files, "loaded", query_id=metrics.query_id, rows=self._rows(metrics))
-        self.holding = False
-        self.log.info("Ledger %s: recorded %d file(s) as loaded into %s", self.ledger, len(self.files), self.target)
+    def loaded(self, metrics: LoadMetrics, chunk: Chunk) -> None:
+        """After the staging table was dropped: the chunk's files are ``loaded``."""
+        self.write(chunk.files, "loaded", query_id=metrics.query_id, rows=self._rows(metrics, chunk))
+        if chunk.number == self.chunks[-1].number:
+            self.holding = False
+        self.log.info("Ledger %s: recorded %d file(s) as loaded into %s", self.ledger, len(chunk.files), self.target)
 
-    def _rows(self, metrics: LoadMetrics) -> int | None:
-        return metrics.written_rows if len(self.files) == 1 else None
+    @staticmethod
+    def _rows(metrics: LoadMetrics, chunk: Chunk) -> int | None:
+        return metrics.written_rows if len(chunk.files) == 1 else None
 
     def abandon(self) -> None:
         """After a failure: give back this load's claims when nothing of it can still land (no staging table,
-        no query of it running); a ``pending`` row is never given back (its partitions may have moved)."""
+        no query of it running, of any chunk); a ``pending`` row is never given back (its partitions may have
+        moved)."""
         if not self.holding:
             return
         try:
             rows = [r for r in self.read(()) if r.load_id == self.own and r.state == "claimed"]
             facts = self.facts(rows)
-            if self.own in facts.staging or self.own in facts.running:
+            if facts.busy(self.own):
                 self.log.info("Ledger: keeping the claims of %s for its retry (its staging table or query is there)",
                               self.own)
                 return

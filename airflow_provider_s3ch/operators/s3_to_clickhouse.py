@@ -11,16 +11,17 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context, conf
 
 from airflow_provider_s3ch.core.deferral import DeferredLoad
 from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
-from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT
+from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT, WHOLE_FILE, Chunk
 from airflow_provider_s3ch.core.ledger import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import LoadFacts, outlet_extra
-from airflow_provider_s3ch.core.metrics import load_metrics, summary
+from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics, summary
 from airflow_provider_s3ch.core.models import (
     Check,
     ClusterNode,
@@ -28,6 +29,7 @@ from airflow_provider_s3ch.core.models import (
     LoadPlan,
     LoadRequest,
     Manifest,
+    S3Object,
     ServerProfile,
     TableInfo,
 )
@@ -79,6 +81,31 @@ DEFAULT_EARLIER_TRY_TIMEOUT = 6 * 3600.0
 
 #: How long a retry waits for a query that just left ``system.processes`` to reach ``system.query_log``.
 SETTLE_SECONDS = 15.0
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """One insert's outcome (the load's, or one chunk's)."""
+
+    plan: LoadPlan
+    profile: ServerProfile
+    steps: LoadSteps
+    table: dict[str, Any]
+    resume: Resume
+    metrics: LoadMetrics
+    partitions: list[str]
+    attached_to: str | None
+    sql: str
+    files: list[S3Object]
+    chunk: int
+
+    def figures(self) -> dict[str, Any]:
+        """The chunk's entry in the XCom's ``chunks``."""
+        m = self.metrics
+        return {"chunk": self.chunk, "query_id": m.query_id, "files": len(self.files),
+                "bytes": sum(o.size for o in self.files), "written_rows": m.written_rows,
+                "written_bytes": m.written_bytes, "duration_ms": m.duration_ms, "memory_usage": m.memory_usage,
+                "attached_to": self.attached_to, "partitions": self.partitions}
 
 
 class S3ToClickHouseOperator(BaseOperator):
@@ -166,6 +193,11 @@ class S3ToClickHouseOperator(BaseOperator):
         succeeding with zero rows.
     :param claim_timeout: with ``skip_loaded``: seconds a load's claim on its files holds while the load runs
         no query and has no staging table (a worker that died before inserting); then another run may load them.
+    :param max_files_per_load: with ``skip_loaded``: the most files one insert reads. More files load in
+        consecutive chunks (in key order), each through its own staging table and committed with its ledger
+        rows; a retry resumes at the first chunk not committed. ``mode='append'`` only. (templated)
+    :param max_bytes_per_load: with ``skip_loaded``: the most bytes (as listed, e.g. ``'10GiB'``) one insert
+        reads; a larger file is a chunk alone. (templated)
 
     Retries: the query id is ``s3ch-<stem>-try<N>``, the stem fixed per task instance and
     load configuration (a retry after the DAG's ``s3_uri``, table, mode, format, compression,
@@ -193,6 +225,8 @@ class S3ToClickHouseOperator(BaseOperator):
         "on_schema_change",
         "on_changed",
         "ledger_table",
+        "max_files_per_load",
+        "max_bytes_per_load",
     )
     template_fields_renderers = {"settings": "json"}
     ui_color = "#ffcc01"
@@ -231,6 +265,8 @@ class S3ToClickHouseOperator(BaseOperator):
         ledger_table: str | None = None,
         skip_when_empty: bool = False,
         claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
+        max_files_per_load: int | str | None = None,
+        max_bytes_per_load: int | str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -265,6 +301,8 @@ class S3ToClickHouseOperator(BaseOperator):
         self.ledger_table = ledger_table
         self.skip_when_empty = skip_when_empty
         self.claim_timeout = claim_timeout
+        self.max_files_per_load = max_files_per_load
+        self.max_bytes_per_load = max_bytes_per_load
         self._running: tuple[ClickHouseHook, list[str], Sequence[ClusterNode]] | None = None
 
     # ------------------------------------------------------------------ steps
@@ -292,6 +330,8 @@ class S3ToClickHouseOperator(BaseOperator):
                 on_changed=self.on_changed,
                 ledger_table=self.ledger_table or None,
                 skip_when_empty=self.skip_when_empty,
+                max_files_per_load=self.max_files_per_load,
+                max_bytes_per_load=self.max_bytes_per_load,
             )
             check_ledger_request(request)
             return request
@@ -341,71 +381,111 @@ class S3ToClickHouseOperator(BaseOperator):
                       manifest.region)
         hook = ClickHouseHook(self.clickhouse_conn_id)
         ledger = None
+        loads: list[_Loaded] = []
         try:
             url = object_url(request.bucket, request.key_pattern,
                              endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
                              archive_syntax=archive_path_syntax(request.settings))
             if request.skip_loaded:  # ledger: the files no load recorded, claimed for this one (docs/ledger.md)
                 ledger = LedgerRun(hook, request, query_id, claim_timeout=self.claim_timeout, log=self.log)
-                chosen = ledger.prepare(manifest, url)
-                if chosen is None:
+                chunks = ledger.prepare(manifest, url)
+                if not chunks:
                     return ledger.nothing_new(int((time.monotonic() - started) * 1000))
-                manifest, url = chosen
-            profile, plan, table = self._target(hook, source, request, manifest, url)
-            steps = plan_steps(request.mode, profile.table, query_id.stem)
-            if ledger is not None:  # ledger: only a load through a staging table
-                ledger.check(steps, plan)
-            rendered = render_insert(plan, source.credentials(), target=steps.staging)
-            self._log_plan(plan, steps, rendered.redacted, profile)
-            if request.dry_run:
-                return {"dry_run": True, "query_id": str(query_id), "sql": rendered.redacted,
-                        "plan": plan.model_dump(mode="json"), "mode": steps.mode,
-                        "steps": steps.model_dump(mode="json"), "table_changes": table,
-                        **({"ledger": ledger.summary()} if ledger is not None else {})}
-            distributed = plan.strategy == "distributed"
-            fan_out = profile.nodes if distributed or profile.table.is_distributed else []
-            queries = QueryLog(hook)
-            resume = self._resume(hook, queries, query_id, self.first_try(context), fan_out)
-            attached_to = resume.query_ids[0] if resume.action == "attach" else None
-            if ledger is not None:  # ledger: an insert it knows finished is finished, not repeated
-                attached_to = ledger.attach_to(resume) or attached_to
-            if attached_to is None and self._defers():  # deferrable: start over HTTP, defer (unless done already)
-                self._start_deferred(hook, queries, rendered, query_id, steps, plan=plan, profile=profile,
-                                     manifest=manifest, request=request, table=table, resume=resume,
-                                     fan_out=fan_out, started=started)
-            elif attached_to is None:
-                self._insert(hook, queries, rendered, query_id, profile.nodes if distributed else [], steps)
-            entry = queries.entry(attached_to or str(query_id), fan_out)
-            metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
-                                   distributed=distributed, target_distributed=profile.table.is_distributed)
-            if ledger is not None:  # ledger: the staging table holds the files: pending before the moves
-                ledger.pending(metrics)
-            partitions = self._finalize(hook, steps) if steps.staging is not None else []
-            if ledger is not None:  # ledger: the partitions are in the target
-                ledger.loaded(metrics)
-            self._keep_lineage(hook, request, manifest, profile, table, steps, metrics, partitions, attached_to,
-                               rendered.redacted)
+                for chunk in chunks:  # ledger: each chunk its own insert and staging table, committed in order
+                    begun = ledger.begin(chunk)
+                    if begun is None:
+                        continue
+                    chunk, part, part_url = begun
+                    if chunk.number != WHOLE_FILE:
+                        self.log.info("Chunk%s", chunk.describe().removeprefix("chunk"))
+                    one = self._load_one(context, hook, source, request, part, part_url, ledger.query_id_of(chunk),
+                                         ledger=ledger, chunk=chunk, started=started)
+                    if isinstance(one, dict):  # a dry run: the first chunk's plan
+                        return {**one, "ledger": ledger.summary(),
+                                "chunks": [c.describe() for c in chunks if c.number != WHOLE_FILE]}
+                    loads.append(one)
+                loaded = manifest.model_copy(update={"objects": [o for one in loads for o in one.files]})
+            else:
+                one = self._load_one(context, hook, source, request, manifest, url, query_id, started=started)
+                if isinstance(one, dict):
+                    return one
+                loads, loaded = [one], manifest
+            last = loads[-1]
+            metrics = combine_chunks([one.metrics for one in loads])
+            partitions = sorted({p for one in loads for p in one.partitions})
+            self._keep_lineage(hook, request, loaded, last.profile, loads[0].table, last.steps, metrics, partitions,
+                               last.attached_to, last.sql)
         except BaseException:
             if ledger is not None:  # ledger: give the claims back when nothing of the load can still land
                 ledger.abandon()
             raise
         finally:
             hook.close()
-        result = summary(plan, metrics, wall_ms=int((time.monotonic() - started) * 1000))
-        result.update({"mode": steps.mode, "mode_reason": steps.reason, "attached_to": attached_to,
-                       "staging_table": str(steps.staging) if steps.staging else None,
-                       "resume_reason": resume.reason, "partitions": partitions, "table_changes": table,
-                       "warnings": [*result["warnings"], *steps.warnings]})
+        result = summary(last.plan, metrics, wall_ms=int((time.monotonic() - started) * 1000))
+        attached = [one.attached_to for one in loads if one.attached_to]
+        result.update({"mode": last.steps.mode, "mode_reason": last.steps.reason,
+                       "attached_to": attached[0] if len(loads) == 1 and attached else (attached or None),
+                       "staging_table": str(last.steps.staging) if last.steps.staging else None,
+                       "resume_reason": last.resume.reason, "partitions": partitions, "table_changes": loads[0].table,
+                       "warnings": list(dict.fromkeys([*(w for one in loads for w in one.plan.warnings),
+                                                       *last.steps.warnings]))})
+        if len(loads) > 1 or (ledger is not None and ledger.selection.chunks):
+            result.update(files=len(loaded.objects), bytes=sum(o.size for o in loaded.objects),
+                          chunks=[one.figures() for one in loads])
         if ledger is not None:  # ledger: new, skipped, reloaded files
             result["ledger"] = ledger.summary()
-        self.log.info("%s %d rows (%d bytes) in %d ms%s: %.0f rows/s, peak memory %d bytes; %s",
-                      f"Took the figures of earlier try {attached_to}:" if attached_to else "Loaded",
+        self.log.info("%s %d rows (%d bytes) in %d ms%s%s: %.0f rows/s, peak memory %d bytes; %s",
+                      f"Took the figures of earlier try {attached[0]}:" if len(loads) == 1 and attached else "Loaded",
                       metrics.written_rows, metrics.written_bytes, metrics.duration_ms,
+                      f" over {len(loads)} chunks" if len(loads) > 1 else "",
                       f" (waited {metrics.admission_wait_ms} ms for admission, ran {metrics.run_ms} ms)"
                       if metrics.admission_wait_ms else "", metrics.rows_per_second,
-                      metrics.memory_usage, f"{steps.mode} of partitions {', '.join(partitions)}" if partitions
-                      else steps.mode)
+                      metrics.memory_usage, f"{last.steps.mode} of partitions {', '.join(partitions)}" if partitions
+                      else last.steps.mode)
         return result
+
+    def _load_one(
+        self, context: Context, hook: ClickHouseHook, source: S3Source, request: LoadRequest, manifest: Manifest,
+        url: str, query_id: QueryId, *, ledger: LedgerRun | None = None, chunk: Chunk | None = None,
+        started: float,
+    ) -> _Loaded | dict[str, Any]:
+        """One insert: the load, or one chunk of it (``ledger`` and ``chunk``): plan, insert (or take an
+        earlier try's), bring the staging table in. A dry run's result instead, for a dry run."""
+        profile, plan, table = self._target(hook, source, request, manifest, url)
+        steps = plan_steps(request.mode, profile.table, query_id.stem)
+        if ledger is not None:  # ledger: only a load through a staging table
+            ledger.check(steps, plan)
+        rendered = render_insert(plan, source.credentials(), target=steps.staging)
+        self._log_plan(plan, steps, rendered.redacted, profile)
+        if request.dry_run:
+            return {"dry_run": True, "query_id": str(query_id), "sql": rendered.redacted,
+                    "plan": plan.model_dump(mode="json"), "mode": steps.mode,
+                    "steps": steps.model_dump(mode="json"), "table_changes": table,
+                    **({"ledger": ledger.summary()} if ledger is not None else {})}
+        distributed = plan.strategy == "distributed"
+        fan_out = profile.nodes if distributed or profile.table.is_distributed else []
+        queries = QueryLog(hook)
+        resume = self._resume(hook, queries, query_id, self.first_try(context), fan_out)
+        attached_to = resume.query_ids[0] if resume.action == "attach" else None
+        if ledger is not None and chunk is not None:  # ledger: an insert it knows finished is finished, not repeated
+            attached_to = ledger.attach_to(resume, chunk) or attached_to
+        if attached_to is None and self._defers():  # deferrable: start over HTTP, defer (unless done already)
+            self._start_deferred(hook, queries, rendered, query_id, steps, plan=plan, profile=profile,
+                                 manifest=manifest, request=request, table=table, resume=resume,
+                                 fan_out=fan_out, started=started)
+        elif attached_to is None:
+            self._insert(hook, queries, rendered, query_id, profile.nodes if distributed else [], steps)
+        entry = queries.entry(attached_to or str(query_id), fan_out)
+        metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
+                               distributed=distributed, target_distributed=profile.table.is_distributed)
+        if ledger is not None and chunk is not None:  # ledger: the staging table holds the files: pending first
+            ledger.pending(metrics, chunk)
+        partitions = self._finalize(hook, steps) if steps.staging is not None else []
+        if ledger is not None and chunk is not None:  # ledger: the partitions are in the target
+            ledger.loaded(metrics, chunk)
+        return _Loaded(plan=plan, profile=profile, steps=steps, table=table, resume=resume, metrics=metrics,
+                       partitions=partitions, attached_to=attached_to, sql=rendered.redacted,
+                       files=list(manifest.objects), chunk=chunk.number if chunk is not None else WHOLE_FILE)
 
     def on_kill(self) -> None:
         if self._running is not None:

@@ -27,6 +27,8 @@ def test_quick_bench_reports_every_variant_and_ratio(tmp_path: Path) -> None:
             assert dataset["ratios"][ratio] > 0, ratio
     for cap in results["memory_caps"]:
         assert cap["peak_within_cap"], cap
+    assert [c["chunks"] for c in results["chunks"]] == [1, 10, 20], results["chunks"]  # 20 files: 40 chunks of 1 is 20
+    assert len({c["rows"] for c in results["chunks"]}) == 1
     report = (tmp_path / "REPORT.md").read_text()
-    assert "(c)/(a)" in report and "moto" in report
+    assert "(c)/(a)" in report and "moto" in report and "## Chunks" in report
     assert list(tmp_path.glob("*.png"))

@@ -16,8 +16,10 @@ from airflow_provider_s3ch.core.ledger import (
     ChangedFilesError,
     LedgerRow,
     LoadFacts,
+    assign_chunks,
     check_request,
     check_steps,
+    chunks_of,
     confirm,
     key_list_pattern,
     ledger_engine_problem,
@@ -27,11 +29,14 @@ from airflow_provider_s3ch.core.ledger import (
     render_read,
     row_status,
     select_files,
+    split_chunks,
+    staging_name,
     state_rows,
     summary,
+    unit_id,
 )
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object, TableInfo, TableRef
-from airflow_provider_s3ch.core.recovery import plan_steps
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, plan_steps
 
 ME, OTHER, THIRD = "aaaa", "bbbb", "cccc"
 T = 3600.0
@@ -174,7 +179,7 @@ def test_a_retry_whose_file_is_gone_keeps_it_only_while_its_staging_table_may_ho
     rows = [row("in/a.csv", "claimed", ME), row("in/gone.csv", "claimed", ME)]
     staged = select_files([obj("in/a.csv")], rows, LoadFacts(staging=frozenset({ME})), own=ME, fmt="CSV")
     assert [o.key for o in staged.files] == ["in/a.csv", "in/gone.csv"] and staged.release == []
-    assert staged.files[1].format == "CSV" and staged.finished_insert is None
+    assert staged.files[1].format == "CSV" and staged.finished_inserts == {}
     fresh = select_files([obj("in/a.csv")], rows, LoadFacts(), own=ME)
     assert [o.key for o in fresh.files] == ["in/a.csv"] and [r.key for r in fresh.release] == ["in/gone.csv"]
 
@@ -182,14 +187,15 @@ def test_a_retry_whose_file_is_gone_keeps_it_only_while_its_staging_table_may_ho
 def test_pending_rows_with_a_staging_table_name_the_insert_that_finished() -> None:
     rows = [row("in/a.csv", "pending", ME)]
     sel = select_files([obj("in/a.csv")], rows, LoadFacts(staging=frozenset({ME})), own=ME)
-    assert sel.retry and sel.finished_insert == f"s3ch-{ME}-try1"
+    assert sel.retry and sel.finished_inserts == {0: f"s3ch-{ME}-try1"}
 
 
 def test_stale_own_claims_are_claimed_afresh_or_released() -> None:
     rows = [row("in/a.csv", "claimed", ME, age=T), row("in/gone.csv", "claimed", ME, age=T)]
     sel = select_files([obj("in/a.csv"), obj("in/b.csv")], rows, LoadFacts(), own=ME, claim_timeout=T)
     assert not sel.retry and [o.key for o in sel.claim] == ["in/a.csv", "in/b.csv"]
-    assert [r.key for r in sel.release] == ["in/gone.csv"]
+    # every stale row is released first; the claim written after it is the newer version of a.csv's row
+    assert sorted(r.key for r in sel.release) == ["in/a.csv", "in/gone.csv"]
 
 
 def test_a_key_listed_twice_is_taken_once() -> None:
@@ -338,3 +344,86 @@ def test_the_summary_counts_everything_and_shows_a_bounded_list() -> None:
     assert out["skipped"] == KEYS_SHOWN + 4 and len(out["skipped_loaded_keys"]) == KEYS_SHOWN
     assert out["skipped_claimed_keys"] == [listing[-1].key]
     assert out["new_keys"] == [o.key for o in listing[KEYS_SHOWN + 3 : -1]]
+
+
+# ---------------------------------------------------------------------- chunks
+
+
+def crow(key: str, state: str, chunk: int, load: str = ME, *, age: float = 1.0) -> LedgerRow:
+    return LedgerRow(key=key, etag="e1", chunk=chunk, load_id=load, query_id=f"s3ch-{unit_id(load, chunk)}-try1",
+                     state=state, age_s=age, size=10)
+
+
+@settings(max_examples=200, deadline=None)
+@given(sizes=st.lists(st.integers(min_value=1, max_value=1000), max_size=40),
+       max_files=st.one_of(st.none(), st.integers(min_value=1, max_value=7)),
+       max_bytes=st.one_of(st.none(), st.integers(min_value=1, max_value=3000)))
+def test_chunks_hold_every_file_once_in_key_order_within_the_limits(sizes, max_files, max_bytes) -> None:
+    files = [obj(f"in/{n:03d}.csv", size=size) for n, size in reversed(list(enumerate(sizes)))]
+    chunks = split_chunks(files, max_files=max_files, max_bytes=max_bytes)
+    assert [o.key for c in chunks for o in c] == sorted(o.key for o in files)
+    assert all(c for c in chunks)
+    for c in chunks:
+        assert max_files is None or len(c) <= max_files
+        assert max_bytes is None or len(c) == 1 or sum(o.size for o in c) <= max_bytes
+    for a, b in zip(chunks, chunks[1:], strict=False):  # greedy: a chunk closes only when the next file would not fit
+        assert (max_files is not None and len(a) == max_files) or (
+            max_bytes is not None and sum(o.size for o in a) + b[0].size > max_bytes)
+
+
+def test_a_first_try_numbers_its_chunks_from_one() -> None:
+    sel = select_files([obj(f"in/{n}.csv") for n in range(5)], [], LoadFacts(), own=ME)
+    sel = assign_chunks(sel, max_files=2, max_bytes=None)
+    assert sel.chunks == 3 and [sel.chunk_of[f"in/{n}.csv"] for n in range(5)] == [1, 1, 2, 2, 3]
+    chunks = chunks_of(sel)
+    assert [(c.number, len(c.files)) for c in chunks] == [(1, 2), (2, 2), (3, 1)]
+    assert chunks[0].describe() == "chunk 1/3: 2 files, 20 B"
+    assert state_rows("db.t", "b", sel.files[:1], load_id=ME, query_id="q", state="claimed",
+                      chunk_of=sel.chunk_of)[0][6] == 1
+
+
+def test_a_chunk_has_its_own_unit_and_staging_table() -> None:
+    assert unit_id("ab" * 10) == "ab" * 10 and unit_id("ab" * 10, 8) == "ab" * 10 + "000008"
+    assert staging_name("ab" * 10, 255) == f"{STAGING_PREFIX}{'ab' * 10}0000ff"
+    assert crow("in/a.csv", "pending", 3).unit == f"{ME}000003"
+
+
+def test_a_retry_resumes_at_the_first_chunk_not_committed() -> None:
+    """Chunks 1-7 committed (7 staged away), chunk 8 pending with its staging table, 9-10 claimed."""
+    rows = [crow(f"in/{n:02d}.csv", "loaded", n) for n in range(1, 7)]
+    rows += [crow("in/07.csv", "pending", 7), crow("in/08.csv", "pending", 8)]
+    rows += [crow("in/09.csv", "claimed", 9), crow("in/10.csv", "claimed", 10)]
+    listing = [obj(f"in/{n:02d}.csv") for n in range(1, 12)]  # 11.csv arrived since: not this load's
+    sel = select_files(listing, rows, LoadFacts(staging=frozenset({unit_id(ME, 8)})), own=ME)
+    assert sel.retry and sel.chunks == 10
+    assert [r.key for r in sel.committed] == ["in/07.csv"]
+    assert [(c.number, [o.key for o in c.files]) for c in chunks_of(sel)] == [
+        (8, ["in/08.csv"]), (9, ["in/09.csv"]), (10, ["in/10.csv"])]
+    assert sel.finished_inserts == {8: f"s3ch-{unit_id(ME, 8)}-try1"}
+
+
+def test_a_load_is_busy_while_any_of_its_chunks_has_a_staging_table() -> None:
+    facts = LoadFacts(staging=frozenset({unit_id(OTHER, 2)}))
+    late = crow("in/x.csv", "claimed", 9, OTHER, age=10 * T)  # a later chunk's claim, old: still live
+    assert row_status(late, facts, own=ME, claim_timeout=T) == "live"
+    assert row_status(late, LoadFacts(), own=ME, claim_timeout=T) == "stale"
+    assert row_status(crow("in/y.csv", "pending", 1, OTHER), facts, own=ME, claim_timeout=T) == "committed"
+    assert row_status(crow("in/y.csv", "pending", 2, OTHER), facts, own=ME, claim_timeout=T) == "in_flight"
+
+
+def test_a_retry_claims_again_what_its_failed_try_gave_back_unless_another_load_holds_it() -> None:
+    rows = [crow("in/a.csv", "loaded", 1), crow("in/b.csv", "released", 2), crow("in/c.csv", "released", 3),
+            row("in/c.csv", "claimed", OTHER, block=9)]
+    sel = select_files([obj("in/a.csv"), obj("in/b.csv"), obj("in/c.csv")], rows, LoadFacts(), own=ME)
+    assert sel.retry and [o.key for o in sel.files] == ["in/b.csv"] and [o.key for o in sel.claim] == ["in/b.csv"]
+    assert sel.chunk_of == {"in/b.csv": 2} and sel.release == []
+
+
+def test_chunks_need_the_ledger_and_append() -> None:
+    with pytest.raises(InvalidRequestError, match="need skip_loaded=True"):
+        check_request(request(skip_loaded=False, max_files_per_load=10))
+    with pytest.raises(InvalidRequestError, match="later chunk would replace"):
+        check_request(request(mode="replace_partitions", max_bytes_per_load="1GiB"))
+    assert request(max_bytes_per_load="1GiB").max_bytes_per_load == 1024**3 and request(max_files_per_load="5").chunked
+    with pytest.raises(InvalidRequestError, match="whole number of files"):
+        request(max_files_per_load=2.5)
