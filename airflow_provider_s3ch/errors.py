@@ -78,6 +78,11 @@ class ClickHouseQueryError(S3chTerminalError):
     """ClickHouse rejected the statement or the data (syntax, types, parsing): the same load fails again."""
 
 
+class QueryMemoryLimitError(ClickHouseQueryError):
+    """The load hit its own memory limit (``max_memory_usage``, the task's ``memory_cap``): the same plan fails
+    again; a smaller plan may fit (the operator tries them before it gives up)."""
+
+
 class ClickHouseUnavailableError(S3chTransientError):
     """ClickHouse did not answer; the task's retries apply."""
 

@@ -144,7 +144,16 @@ SERVER_ERRORS: dict[int, ServerErrorClass] = {
 #: the same cap: terminal, raise the cap. The server's total limit depends on what else runs:
 #: transient, a retry may find the memory free.
 MEMORY_LIMIT_EXCEEDED = 241
-_QUERY_MEMORY_MARKERS = ("(for query)", "max_memory_usage")
+_QUERY_MEMORY_MARKERS = ("(for query)", "max_memory_usage", "Query memory limit exceeded")
+
+
+def is_query_memory_limit(code: int | None, message: str = "") -> bool:
+    """Whether an error is the query's own memory limit (``max_memory_usage``), not the server's.
+
+    ClickHouse words it ``Memory limit (for query) exceeded`` up to 25.x and ``Query memory limit
+    exceeded`` from 26.x (the local 26.9 engine).
+    """
+    return code == MEMORY_LIMIT_EXCEEDED and any(m in message for m in _QUERY_MEMORY_MARKERS)
 
 
 def classify_server_error(code: int | None, message: str = "") -> ServerErrorClass:
@@ -154,7 +163,7 @@ def classify_server_error(code: int | None, message: str = "") -> ServerErrorCla
     :param message: the server's message (tells the two memory limits apart).
     :return: the kind (auth, unknown_table, terminal, transient) and a hint for the message.
     """
-    if code == MEMORY_LIMIT_EXCEEDED and any(m in message for m in _QUERY_MEMORY_MARKERS):
+    if is_query_memory_limit(code, message):
         return ServerErrorClass(
             "terminal", "the load hit its own memory limit (max_memory_usage): raise memory_cap or lower the threads"
         )

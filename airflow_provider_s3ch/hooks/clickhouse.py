@@ -24,7 +24,7 @@ from clickhouse_driver import errors as ch_errors
 from pydantic import BaseModel
 
 from airflow_provider_s3ch import NATIVE_CONN_TYPE
-from airflow_provider_s3ch.core.errors import classify_server_error
+from airflow_provider_s3ch.core.errors import classify_server_error, is_query_memory_limit
 from airflow_provider_s3ch.core.models import (
     ClusterNode,
     NodeWorkloads,
@@ -41,6 +41,7 @@ from airflow_provider_s3ch.errors import (
     ClusterError,
     InvalidRequestError,
     LoadError,
+    QueryMemoryLimitError,
     S3chError,
     TableError,
 )
@@ -284,6 +285,8 @@ class ClickHouseHook(DbApiHook):
             )
         if kind == "unknown_table":
             return TableError(f"ClickHouse: {text}")
+        if kind == "terminal" and is_query_memory_limit(code, text):
+            return QueryMemoryLimitError(f"{message}; retrying with the same plan would fail the same way")
         if kind == "terminal":
             return ClickHouseQueryError(f"{message}; retrying would fail the same way: fix the statement or the data")
         return LoadError(message)

@@ -34,6 +34,8 @@ from airflow_provider_s3ch.core.models import (
     TableInfo,
 )
 from airflow_provider_s3ch.core.plan import make_plan
+from airflow_provider_s3ch.core.plan.shrink import STEPS, StepName, changed, smaller
+from airflow_provider_s3ch.core.plan.shrink import step as shrink_step
 from airflow_provider_s3ch.core.recovery import (
     LoadSteps,
     QueryId,
@@ -56,6 +58,7 @@ from airflow_provider_s3ch.core.schema import (
     schema_reads,
     unchecked,
 )
+from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import RenderedSQL, render_describe, render_insert, scrub, shorten
 from airflow_provider_s3ch.core.tables import (
     Evolution,
@@ -66,7 +69,13 @@ from airflow_provider_s3ch.core.tables import (
     planned_table,
     with_added,
 )
-from airflow_provider_s3ch.errors import ClickHouseQueryError, ClickHouseUnavailableError, LoadError, provider_errors
+from airflow_provider_s3ch.errors import (
+    ClickHouseQueryError,
+    ClickHouseUnavailableError,
+    LoadError,
+    QueryMemoryLimitError,
+    provider_errors,
+)
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.columns import describe, table_columns
 from airflow_provider_s3ch.hooks.ledger import LedgerRun
@@ -98,6 +107,8 @@ class _Loaded:
     sql: str
     files: list[S3Object]
     chunk: int
+    #: The inserts tried after a memory limit (empty when the first plan fitted).
+    memory_attempts: list[dict[str, Any]]
 
     def figures(self) -> dict[str, Any]:
         """The chunk's entry in the XCom's ``chunks``."""
@@ -304,6 +315,8 @@ class S3ToClickHouseOperator(BaseOperator):
         self.max_files_per_load = max_files_per_load
         self.max_bytes_per_load = max_bytes_per_load
         self._running: tuple[ClickHouseHook, list[str], Sequence[ClusterNode]] | None = None
+        #: The smaller plan an insert of this task needed after a memory limit (later chunks start from it).
+        self._memory_step: StepName | None = None
 
     # ------------------------------------------------------------------ steps
     def build_request(self) -> LoadRequest:
@@ -365,6 +378,7 @@ class S3ToClickHouseOperator(BaseOperator):
     def execute(self, context: Context) -> dict[str, Any]:
         """Load, every error the provider's (:class:`~airflow_provider_s3ch.errors.S3chError`)."""
         self._lineage_facts = None
+        self._memory_step = None
         with provider_errors():
             result = self._load(context)
         self._outlet_events(context, result)
@@ -429,6 +443,8 @@ class S3ToClickHouseOperator(BaseOperator):
                        "resume_reason": last.resume.reason, "partitions": partitions, "table_changes": loads[0].table,
                        "warnings": list(dict.fromkeys([*(w for one in loads for w in one.plan.warnings),
                                                        *last.steps.warnings]))})
+        result["memory_attempts"] = [{**a, **({"chunk": one.chunk} if one.chunk else {})}
+                                     for one in loads for a in one.memory_attempts]
         if len(loads) > 1 or (ledger is not None and ledger.selection.chunks):
             result.update(files=len(loaded.objects), bytes=sum(o.size for o in loaded.objects),
                           chunks=[one.figures() for one in loads])
@@ -467,6 +483,7 @@ class S3ToClickHouseOperator(BaseOperator):
         queries = QueryLog(hook)
         resume = self._resume(hook, queries, query_id, self.first_try(context), fan_out)
         attached_to = resume.query_ids[0] if resume.action == "attach" else None
+        attempts: list[dict[str, Any]] = []
         if ledger is not None and chunk is not None:  # ledger: an insert it knows finished is finished, not repeated
             attached_to = ledger.attach_to(resume, chunk) or attached_to
         if attached_to is None and self._defers():  # deferrable: start over HTTP, defer (unless done already)
@@ -474,7 +491,9 @@ class S3ToClickHouseOperator(BaseOperator):
                                  manifest=manifest, request=request, table=table, resume=resume,
                                  fan_out=fan_out, started=started)
         elif attached_to is None:
-            self._insert(hook, queries, rendered, query_id, profile.nodes if distributed else [], steps)
+            plan, rendered, attempts = self._insert_within_cap(hook, queries, plan, rendered, source, query_id,
+                                                               profile.nodes if distributed else [], steps,
+                                                               request, profile.cores)
         entry = queries.entry(attached_to or str(query_id), fan_out)
         metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
                                distributed=distributed, target_distributed=profile.table.is_distributed)
@@ -485,7 +504,63 @@ class S3ToClickHouseOperator(BaseOperator):
             ledger.loaded(metrics, chunk)
         return _Loaded(plan=plan, profile=profile, steps=steps, table=table, resume=resume, metrics=metrics,
                        partitions=partitions, attached_to=attached_to, sql=rendered.redacted,
-                       files=list(manifest.objects), chunk=chunk.number if chunk is not None else WHOLE_FILE)
+                       files=list(manifest.objects), chunk=chunk.number if chunk is not None else WHOLE_FILE,
+                       memory_attempts=attempts)
+
+    def _insert_within_cap(
+        self, hook: ClickHouseHook, queries: QueryLog, plan: LoadPlan, rendered: RenderedSQL, source: S3Source,
+        query_id: QueryId, nodes: Sequence[ClusterNode], steps: LoadSteps, request: LoadRequest, cores: int,
+    ) -> tuple[LoadPlan, RenderedSQL, list[dict[str, Any]]]:
+        """The insert; after the load's own memory limit (``memory_cap``), the same insert again with smaller
+        plans while the target is untouched (a staging table), each attempt logged and recorded
+        (:mod:`airflow_provider_s3ch.core.plan.shrink`). ``max_memory_usage`` stays the cap throughout.
+        A later chunk of the same task starts from the step that fitted."""
+        first = plan.settings
+        names = list(STEPS)
+        attempts: list[dict[str, Any]] = []
+        current = "plan"
+        if self._memory_step is not None:  # an earlier chunk needed a smaller plan: start from it
+            current = self._memory_step
+            names = names[names.index(current) + 1:]
+            plan = plan.model_copy(update={"settings": smaller(first, current, cores=cores, user=request.settings)})
+            rendered = render_insert(plan, source.credentials(), target=steps.staging)
+        while True:
+            try:
+                self._insert(hook, queries, rendered, query_id, nodes, steps)
+            except QueryMemoryLimitError as exc:
+                why = str(exc).partition("DB::Exception: ")[2].partition(";")[0].strip()[:300] or str(exc)[:300]
+                attempts.append({"step": current, "settings": changed(first, plan.settings) if current != "plan"
+                                 else dict(plan.settings.values), "error": why})
+                if steps.staging is None:
+                    raise QueryMemoryLimitError(
+                        f"{exc}; the load went straight into {steps.target} ({steps.reason}), so it is not tried "
+                        "again with a smaller plan in this task: raise memory_cap, or load into a local MergeTree "
+                        "table"
+                    ) from exc
+                while names:
+                    name = names.pop(0)
+                    smaller_settings = smaller(first, name, cores=cores, user=request.settings)
+                    if changed(plan.settings, smaller_settings):
+                        break
+                else:
+                    tried = "; ".join(f"{a['step']}: {a['error']}" for a in attempts)
+                    raise QueryMemoryLimitError(
+                        f"the load does not fit memory_cap {fmt_bytes(plan.budget_bytes)} with any plan; tried "
+                        f"{len(attempts)}: {tried}; raise memory_cap (the server's max_memory_usage for this load), "
+                        "or load fewer or smaller files at once (max_files_per_load with skip_loaded=True)"
+                    ) from exc
+                self.log.warning("The load hit its memory limit (%s): loading again in this task with a smaller "
+                                 "plan, step %r: %s", why, name, shrink_step(name).reason)
+                plan = plan.model_copy(update={"settings": smaller_settings})
+                rendered = render_insert(plan, source.credentials(), target=steps.staging)
+                for setting, value in changed(first, smaller_settings).items():
+                    self.log.info("  %s = %s: %s", setting, value, smaller_settings.reasons.get(setting, ""))
+                current = name
+                continue
+            if current != "plan":
+                attempts.append({"step": current, "settings": changed(first, plan.settings), "error": None})
+                self._memory_step = current
+            return plan, rendered, attempts
 
     def on_kill(self) -> None:
         if self._running is not None:
@@ -848,7 +923,8 @@ class S3ToClickHouseOperator(BaseOperator):
         result.update({"mode": steps.mode, "mode_reason": steps.reason, "attached_to": None,
                        "staging_table": str(steps.staging) if steps.staging else None,
                        "resume_reason": load.resume_reason, "partitions": partitions,
-                       "table_changes": load.table_changes, "warnings": [*result["warnings"], *steps.warnings]})
+                       "table_changes": load.table_changes, "warnings": [*result["warnings"], *steps.warnings],
+                       "memory_attempts": []})  # a deferred load does not step down (docs/tuning.md)
         self.log.info("Loaded %d rows (%d bytes) in %d ms%s: %.0f rows/s, peak memory %d bytes; %s",
                       metrics.written_rows, metrics.written_bytes, metrics.duration_ms,
                       f" (waited {metrics.admission_wait_ms} ms for admission, ran {metrics.run_ms} ms)"
