@@ -301,7 +301,15 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
                 lines.append(f"| {o['dataset']} | {_fmt(r['insert_s'])} | {wall:.2f} | {_fmt(r['overhead_s'])} |")
         lines.append("")
     lines += chunk_lines(results.get("chunks") or [])
+    lines += end_to_end_lines(results.get("end_to_end") or [])
     return "\n".join(lines)
+
+
+def end_to_end_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """End to end, each load a fresh process (bench/end_to_end.py)."""
+    from bench.end_to_end import lines
+
+    return lines(rows)
 
 
 def chunk_lines(chunks: list[dict[str, Any]]) -> list[str]:

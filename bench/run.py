@@ -27,7 +27,7 @@ import tempfile
 import time
 import types
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from typing import Any
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
 from bench.datasets import Dataset, DatasetSpec, RowPool, node_files_dir, write_dataset
+from bench.end_to_end import bench_end_to_end
 from bench.measure import flush_and_fetch, new_table, run_sql_insert, summarize, wait_ready
 
 BUCKET = "s3ch-bench"
@@ -61,6 +62,9 @@ class Config:
     #: The dataset the chunking figures load (one load vs 10 and 40 chunks), and how often.
     chunk_dataset: str = "parquet_many_small"
     chunk_repeats: int = 2
+    #: End to end, each load a fresh process (bench/end_to_end.py): ~100 MB as 20 Parquet / 10 gzip'd CSV files.
+    e2e_datasets: list[DatasetSpec] = field(default_factory=list)
+    e2e_repeats: int = 3
 
 
 def full_config() -> Config:
@@ -80,6 +84,10 @@ def full_config() -> Config:
         caps=["256MiB", "1GiB", "4GiB"],
         overhead_counts=[10_000, 100_000],
         ready_timeout_s=20.0,
+        e2e_datasets=[
+            DatasetSpec("e2e_parquet_20", "parquet", 400_000, 20, "end to end: 20 Parquet files (~5.4 MB each)"),
+            DatasetSpec("e2e_csvgz_10", "csv.gz", 400_000, 10, "end to end: 10 gzip'd CSV files (~9 MB each)"),
+        ],
     )
 
 
@@ -100,6 +108,8 @@ def quick_config() -> Config:
         plan_timing_loops=20,
         chunk_dataset="csvgz_many_small",
         chunk_repeats=1,
+        e2e_datasets=[DatasetSpec("e2e_parquet_4", "parquet", 20_000, 4, "end to end (smoke test)")],
+        e2e_repeats=1,
     )
 
 
@@ -537,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the harness")
     parser.add_argument("--out", default="bench/results", help="where results.json, REPORT.md and plots go")
     parser.add_argument("--skip-overhead", action="store_true", help="skip the 10k/100k-object listing figures")
-    parser.add_argument("--only", choices=["chunks"], help="run one section only (on the datasets it needs)")
+    parser.add_argument("--only", choices=["chunks", "end_to_end"],
+                        help="run one section only (on the datasets it needs)")
     args = parser.parse_args(argv)
     quiet_airflow_logs()
     cfg = quick_config() if args.quick else full_config()
@@ -563,7 +574,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = RowPool(cfg.pool_rows_per_month)
         log(f"row pool: {pool.size} rows in {time.monotonic() - started:.1f}s")
         datasets = []
-        specs = [s for s in cfg.datasets if s.name == cfg.chunk_dataset] if args.only else cfg.datasets
+        specs = {"chunks": [s for s in cfg.datasets if s.name == cfg.chunk_dataset], "end_to_end": []}.get(
+            args.only or "", cfg.datasets) + ([] if args.only == "chunks" else cfg.e2e_datasets)
         for spec in specs:
             ds = write_dataset(spec, pool, stack.s3_client(), BUCKET, node_files_dir(stack))
             log(f"dataset {spec.name}: {len(ds.keys)} files, {ds.bytes / 1e6:.1f} MB in {ds.write_seconds:.1f}s")
@@ -571,8 +583,12 @@ def main(argv: list[str] | None = None) -> int:
         del pool
         results["generate_s"] = round(time.monotonic() - started, 1)
         chunked = next((d for d in datasets if d.spec.name == cfg.chunk_dataset), None)
+        e2e = [d for d in datasets if d.spec in cfg.e2e_datasets]
+        datasets = [d for d in datasets if d.spec not in cfg.e2e_datasets]
         if args.only == "chunks":
             results["chunks"] = bench_chunks(stack, chunked, cfg) if chunked is not None else []
+        elif args.only == "end_to_end":
+            results["end_to_end"] = bench_end_to_end(stack, e2e, repeats=cfg.e2e_repeats, database=DATABASE, log=log)
         else:
             results["datasets"] = [bench_dataset(stack, ds, cfg) for ds in datasets]
             # Caps on the largest dataset (one big row group per file) and on the one with the most files
@@ -592,6 +608,7 @@ def main(argv: list[str] | None = None) -> int:
                 for d in results["datasets"]
             ]
             results["chunks"] = bench_chunks(stack, chunked, cfg) if chunked is not None else []
+            results["end_to_end"] = bench_end_to_end(stack, e2e, repeats=cfg.e2e_repeats, database=DATABASE, log=log)
         results["machine"]["load_average_end"] = os.getloadavg()
     results["wall_s"] = round(time.monotonic() - began, 1)
     if args.only:  # one section: its figures alone, beside the full run's report

@@ -358,10 +358,18 @@ class S3Source:
     def credentials(self) -> S3Credentials | None:
         """Frozen credentials for ClickHouse, masked in logs by the amazon provider; None when anonymous."""
         if self._credentials is False:
-            if self.session.get_credentials() is None:
+            live = self.session.get_credentials()
+            if live is None:
                 self._credentials = None
             else:
-                frozen = self.hook.get_credentials()  # frozen, and registered with the secrets masker
+                # Frozen from this source's one session (as the amazon hook's get_credentials does, without
+                # building a second session), and registered with the secrets masker.
+                from airflow.sdk.log import mask_secret
+
+                frozen = live.get_frozen_credentials()
+                mask_secret(frozen.secret_key)
+                if frozen.token:
+                    mask_secret(frozen.token)
                 self._credentials = S3Credentials(
                     access_key_id=frozen.access_key,
                     secret_access_key=frozen.secret_key,

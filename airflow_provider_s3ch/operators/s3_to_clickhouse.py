@@ -317,6 +317,8 @@ class S3ToClickHouseOperator(BaseOperator):
         self._running: tuple[ClickHouseHook, list[str], Sequence[ClusterNode]] | None = None
         #: The smaller plan an insert of this task needed after a memory limit (later chunks start from it).
         self._memory_step: StepName | None = None
+        #: The target's columns as the plan read them (None: read again for the lineage).
+        self._columns: list[Column] | None = None
 
     # ------------------------------------------------------------------ steps
     def build_request(self) -> LoadRequest:
@@ -379,6 +381,7 @@ class S3ToClickHouseOperator(BaseOperator):
         """Load, every error the provider's (:class:`~airflow_provider_s3ch.errors.S3chError`)."""
         self._lineage_facts = None
         self._memory_step = None
+        self._columns = None
         with provider_errors():
             result = self._load(context)
         self._outlet_events(context, result)
@@ -499,7 +502,8 @@ class S3ToClickHouseOperator(BaseOperator):
                                distributed=distributed, target_distributed=profile.table.is_distributed)
         if ledger is not None and chunk is not None:  # ledger: the staging table holds the files: pending first
             ledger.pending(metrics, chunk)
-        partitions = self._finalize(hook, steps) if steps.staging is not None else []
+        partitions = (self._finalize(hook, steps, inserted_now=attached_to is None)
+                      if steps.staging is not None else [])
         if ledger is not None and chunk is not None:  # ledger: the partitions are in the target
             ledger.loaded(metrics, chunk)
         return _Loaded(plan=plan, profile=profile, steps=steps, table=table, resume=resume, metrics=metrics,
@@ -582,13 +586,16 @@ class S3ToClickHouseOperator(BaseOperator):
             target, spec, distributed=request.strategy == "distributed", cluster=request.cluster or hook.cluster)
         profile = hook.get_profile(request.table, cluster=request.cluster, missing=missing, workload=request.workload)
         plan = make_plan(request, manifest, profile, source_url=url)
-        keeper = profile.table.is_distributed and has_keeper(hook)
+
+        def keeper() -> bool:  # read only when DDL is made (creating the table, adding columns)
+            return profile.table.is_distributed and has_keeper(hook)
+
         report: dict[str, Any] = {"created": None, "ddl": [], "added_columns": [], "left_out_columns": [],
                                   "on_schema_change": request.schema_change}
         columns: list[Column] | None = None
         if spec is not None and not profile.table.exists:
             made = creation(target, self._describe_files(hook, source, request, plan), spec, file=request.s3_uri,
-                            distributed=profile.table.is_distributed, cluster=profile.cluster, keeper=keeper)
+                            distributed=profile.table.is_distributed, cluster=profile.cluster, keeper=keeper())
             report.update(created=made.how, ddl=[d.sql for d in made.statements])
             self.log.info("Table %s.%s is missing: %s", target.database, target.name,
                           "a dry run creates nothing" if request.dry_run else f"creating it, {made.how}")
@@ -607,7 +614,7 @@ class S3ToClickHouseOperator(BaseOperator):
             plan.warnings.append(skipped)
         elif request.schema_change == "add_columns":
             evolution = evolve(profile.table, columns, self._describe_files(hook, source, request, plan),
-                               policy="add_columns", file=request.s3_uri, keeper=keeper)
+                               policy="add_columns", file=request.s3_uri, keeper=keeper())
         check, file_columns, sample = self._check_schema(hook, source, request, plan, manifest, profile.table,
                                                          with_added(columns, evolution))
         add_check(plan, check)
@@ -626,6 +633,8 @@ class S3ToClickHouseOperator(BaseOperator):
                     f"{target.database}.{target.name}: left out (on_schema_change={request.schema_change!r}, "
                     f"schema_check={request.schema_check!r})"
                 )
+        # The target's columns as read here, for the lineage's schema (unless columns were just added).
+        self._columns = None if evolution.statements or request.dry_run else columns
         return profile, plan, report
 
     def _describe_files(self, hook: ClickHouseHook, source: S3Source, request: LoadRequest, plan: LoadPlan) -> list[Column]:
@@ -667,7 +676,12 @@ class S3ToClickHouseOperator(BaseOperator):
         self, hook: ClickHouseHook, queries: QueryLog, query_id: QueryId, first_try: int,
         nodes: Sequence[ClusterNode],
     ) -> Resume:
-        """Find the earlier tries' queries; wait for running ones; decide load or attach."""
+        """Find the earlier tries' queries; wait for running ones; decide load or attach. Try 1 has no
+        earlier try (a cleared task instance goes on with the next try number): nothing to read."""
+        if query_id.try_number <= 1:
+            resume = Resume(action="load", reason="the first try: no earlier try of this task instance ran a load")
+            self.log.info("Try %d: %s", query_id.try_number, resume.reason)
+            return resume
         while True:
             resume = decide_resume(queries.earlier_tries(query_id, nodes), query_id.try_number, first_try)
             if resume.action != "wait":
@@ -699,7 +713,9 @@ class S3ToClickHouseOperator(BaseOperator):
         nodes: Sequence[ClusterNode], steps: LoadSteps,
     ) -> None:
         if steps.staging is not None:
-            self._run(hook, prepare_statements(steps, staging_exists=hook.table_comment(steps.staging) is not None))
+            # A first try's staging table cannot be there (the name holds the try's stem): no read to say so.
+            left = query_id.try_number > 1 and hook.table_comment(steps.staging) is not None
+            self._run(hook, prepare_statements(steps, staging_exists=left))
         self._running = (hook, [str(query_id)], nodes)
         try:
             hook.run_insert(rendered.sql, query_id=str(query_id), settings=rendered.settings, log=self.log)
@@ -716,16 +732,21 @@ class S3ToClickHouseOperator(BaseOperator):
         finally:
             self._running = None
 
-    def _finalize(self, hook: ClickHouseHook, steps: LoadSteps) -> list[str]:
-        """Bring the staging table's rows into the target; idempotent, so a retry can resume it."""
+    def _finalize(self, hook: ClickHouseHook, steps: LoadSteps, *, inserted_now: bool = False) -> list[str]:
+        """Bring the staging table's rows into the target; idempotent, so a retry can resume it.
+
+        :param inserted_now: this try's own insert just filled the staging table: it exists, and moving or
+            replacing partitions needs no comment (one round trip less each; ``overwrite`` reads them).
+        """
         staging = steps.staging
         if staging is None:
             return []
-        staging_comment = hook.table_comment(staging)
+        known = inserted_now and steps.finalize != "exchange"
+        staging_comment = "" if known else hook.table_comment(staging)
         finalize = finalize_statements(
             steps,
             staging_comment=staging_comment,
-            target_comment=hook.table_comment(steps.target),
+            target_comment=None if steps.finalize != "exchange" else hook.table_comment(steps.target),
             staging_partitions=hook.partitions(staging) if staging_comment is not None else [],
             target_partitions=hook.partitions(steps.target) if steps.finalize == "exchange" else [],
         )
@@ -760,7 +781,7 @@ class S3ToClickHouseOperator(BaseOperator):
         """Keep what the load's lineage and asset events say (names, the table's columns, the figures; no
         credentials) for :meth:`get_openlineage_facets_on_complete` and :meth:`_outlet_events`."""
         try:
-            columns = table_columns(hook, profile.table)
+            columns = self._columns if self._columns is not None else table_columns(hook, profile.table)
         except Exception as exc:  # noqa: BLE001 - lineage goes without the schema; the load stands
             self.log.warning("Lineage: could not read the columns of %s.%s: %s", profile.table.database,
                              profile.table.name, exc)
@@ -835,7 +856,9 @@ class S3ToClickHouseOperator(BaseOperator):
         be seen running (then the load goes on here, as one that did not defer)."""
         insert_nodes = profile.nodes if plan.strategy == "distributed" else []
         if steps.staging is not None:
-            self._run(hook, prepare_statements(steps, staging_exists=hook.table_comment(steps.staging) is not None))
+            # A first try's staging table cannot be there (the name holds the try's stem): no read to say so.
+            left = query_id.try_number > 1 and hook.table_comment(steps.staging) is not None
+            self._run(hook, prepare_statements(steps, staging_exists=left))
         self._running = (hook, [str(query_id)], insert_nodes)
         try:
             finished = hook.start_insert_http(rendered.sql, query_id=str(query_id), settings=rendered.settings,

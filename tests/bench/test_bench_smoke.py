@@ -29,6 +29,8 @@ def test_quick_bench_reports_every_variant_and_ratio(tmp_path: Path) -> None:
         assert cap["peak_within_cap"], cap
     assert [c["chunks"] for c in results["chunks"]] == [1, 10, 20], results["chunks"]  # 20 files: 40 chunks of 1 is 20
     assert len({c["rows"] for c in results["chunks"]}) == 1
+    (e2e,) = results["end_to_end"]
+    assert e2e["rows_equal"] and e2e["speedup_end_to_end"] > 0 and e2e["median"]["operator"]["around_s"] > 0
     report = (tmp_path / "REPORT.md").read_text()
-    assert "(c)/(a)" in report and "moto" in report and "## Chunks" in report
+    assert "(c)/(a)" in report and "moto" in report and "## Chunks" in report and "## End to end" in report
     assert list(tmp_path.glob("*.png"))
