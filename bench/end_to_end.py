@@ -67,18 +67,29 @@ def _fresh(script: str, args: dict[str, Any], env: dict[str, str]) -> dict[str, 
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, database: str, log: Any) -> list[dict]:
-    """Hand-written and operator loads of each dataset, alternating, ``repeats`` rounds, each a fresh process."""
+def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, database: str, log: Any,
+                     s3_url: str | None = None, path: str = "direct") -> list[dict]:
+    """Hand-written and operator loads of each dataset, alternating, ``repeats`` rounds, each a fresh process.
+
+    :param s3_url: the S3 endpoint both read through (ClickHouse's ``s3()`` and the operator's boto3
+        listing), e.g. a :class:`~bench.s3proxy.S3Proxy`'s; default the stack's S3 server.
+    :param path: the label of that endpoint in the results (``direct``, ``proxy``).
+    """
     from airflow_provider_s3ch.local.sample import posts_ddl
     from bench.measure import flush_and_fetch, new_table
 
     client = stack.clickhouse_client(send_receive_timeout=3600)
-    env = {**os.environ, **stack.airflow_env(), "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING"}
+    endpoint = s3_url or stack.s3_endpoint
+    aws = stack.aws_connection()
+    aws["extra"] = {**aws["extra"], "endpoint_url": endpoint}
+    env = {**os.environ, **stack.airflow_env(), "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+           "AIRFLOW_CONN_CLICKHOUSE_NATIVE_DEFAULT": json.dumps(stack.clickhouse_connection(0, s3_endpoint_url=endpoint)),
+           "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SOURCE), env.get("PYTHONPATH")) if p)
     out = []
     for ds in datasets:
         fmt = "Parquet" if ds.spec.fmt == "parquet" else "CSVWithNames"
-        url = f"{stack.s3_endpoint}/{ds.bucket}/{ds.prefix}*.{ds.extension}"
+        url = f"{endpoint}/{ds.bucket}/{ds.prefix}*.{ds.extension}"
         runs: dict[str, list[dict[str, Any]]] = {"hand": [], "operator": []}
         for _ in range(repeats):
             for variant in ("hand", "operator"):
@@ -100,12 +111,12 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
                                       "around_s": round(r["task_s"] - insert_s, 3), "rows": int(rows)})
         med = {v: {k: round(statistics.median(x[k] for x in rs), 3) for k in ("task_s", "insert_s", "around_s")}
                for v, rs in runs.items()}
-        row = {"dataset": ds.spec.name, "files": len(ds.keys), "bytes": ds.bytes, "runs": runs, "median": med,
+        row = {"dataset": ds.spec.name, "path": path, "files": len(ds.keys), "bytes": ds.bytes, "runs": runs, "median": med,
                "rows_equal": len({x["rows"] for rs in runs.values() for x in rs}) == 1,
                "speedup_end_to_end": round(med["hand"]["task_s"] / med["operator"]["task_s"], 2),
                "speedup_insert": round(med["hand"]["insert_s"] / med["operator"]["insert_s"], 2)}
         out.append(row)
-        log(f"end to end {ds.spec.name}: hand {med['hand']['task_s']} s (insert {med['hand']['insert_s']} s), "
+        log(f"end to end {ds.spec.name} ({path}): hand {med['hand']['task_s']} s (insert {med['hand']['insert_s']} s), "
             f"operator {med['operator']['task_s']} s (insert {med['operator']['insert_s']} s, around "
             f"{med['operator']['around_s']} s): {row['speedup_end_to_end']}x end to end, "
             f"{row['speedup_insert']}x the insert")
@@ -123,13 +134,15 @@ def lines(rows: list[dict[str, Any]]) -> list[str]:
         "(bench/end_to_end.py). `hand`: `INSERT … SELECT FROM s3()` with ClickHouse's defaults through "
         "clickhouse-driver; `operator`: `S3ToClickHouseOperator.execute`. Speed-up = hand / operator.",
         "",
-        "| dataset | files | MB | hand s | hand insert s | operator s | operator insert s | around the insert s "
+        "`proxy`: both read S3 through bench/s3proxy.py (the latency section's request latency and bandwidth).",
+        "",
+        "| dataset | S3 | files | MB | hand s | hand insert s | operator s | operator insert s | around the insert s "
         "| end to end | insert |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         h, o = r["median"]["hand"], r["median"]["operator"]
-        out.append(f"| {r['dataset']} | {r['files']} | {r['bytes'] / 1e6:.0f} | {h['task_s']} | {h['insert_s']} | "
-                   f"{o['task_s']} | {o['insert_s']} | {o['around_s']} | {r['speedup_end_to_end']}x | "
-                   f"{r['speedup_insert']}x |")
+        out.append(f"| {r['dataset']} | {r.get('path', 'direct')} | {r['files']} | {r['bytes'] / 1e6:.0f} | "
+                   f"{h['task_s']} | {h['insert_s']} | {o['task_s']} | {o['insert_s']} | {o['around_s']} | "
+                   f"{r['speedup_end_to_end']}x | {r['speedup_insert']}x |")
     return [*out, ""]

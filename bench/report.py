@@ -302,6 +302,7 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
         lines.append("")
     lines += chunk_lines(results.get("chunks") or [])
     lines += end_to_end_lines(results.get("end_to_end") or [])
+    lines += latency_lines(results.get("latency") or {})
     return "\n".join(lines)
 
 
@@ -310,6 +311,13 @@ def end_to_end_lines(rows: list[dict[str, Any]]) -> list[str]:
     from bench.end_to_end import lines
 
     return lines(rows)
+
+
+def latency_lines(result: dict[str, Any]) -> list[str]:
+    """Direct and through the S3-like proxy (bench/latency.py)."""
+    from bench.latency import lines
+
+    return lines(result)
 
 
 def chunk_lines(chunks: list[dict[str, Any]]) -> list[str]:

@@ -36,6 +36,7 @@ os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
 from bench.datasets import Dataset, DatasetSpec, RowPool, node_files_dir, write_dataset
 from bench.end_to_end import bench_end_to_end
+from bench.latency import bench_latency
 from bench.measure import flush_and_fetch, new_table, run_sql_insert, summarize, wait_ready
 
 BUCKET = "s3ch-bench"
@@ -65,6 +66,8 @@ class Config:
     #: End to end, each load a fresh process (bench/end_to_end.py): ~100 MB as 20 Parquet / 10 gzip'd CSV files.
     e2e_datasets: list[DatasetSpec] = field(default_factory=list)
     e2e_repeats: int = 3
+    #: Rounds of the latency section (bench/latency.py), on the end-to-end datasets.
+    latency_repeats: int = 2
 
 
 def full_config() -> Config:
@@ -110,6 +113,7 @@ def quick_config() -> Config:
         chunk_repeats=1,
         e2e_datasets=[DatasetSpec("e2e_parquet_4", "parquet", 20_000, 4, "end to end (smoke test)")],
         e2e_repeats=1,
+        latency_repeats=1,
     )
 
 
@@ -266,6 +270,30 @@ def run_operator(stack: Any, client: Any, ds: Dataset, table: str, cfg: Config, 
     if ready and out["ok"]:
         out.update(wait_ready(client, DATABASE, table, cfg.ready_timeout_s))
     return out
+
+
+def end_to_end_both(stack: Any, datasets: list[Dataset], cfg: Config) -> list[dict[str, Any]]:
+    """End to end straight from the S3 server, then through the S3-like proxy (bench/end_to_end.py)."""
+    from bench.latency import BANDWIDTH_MBPS, LATENCY_MS
+    from bench.s3proxy import S3Proxy
+
+    out = bench_end_to_end(stack, datasets, repeats=cfg.e2e_repeats, database=DATABASE, log=log)
+    with S3Proxy(stack.s3_endpoint, latency_ms=LATENCY_MS, bandwidth_mbps=BANDWIDTH_MBPS) as proxy:
+        out += bench_end_to_end(stack, datasets, repeats=cfg.e2e_repeats, database=DATABASE, log=log,
+                                s3_url=proxy.url, path="proxy")
+    return out
+
+
+def planned_for(stack: Any, ds: Dataset) -> Planned:
+    """The operator's plan for ``ds``, against a probe table of the posts' shape (dropped after)."""
+    from airflow_provider_s3ch.local.sample import posts_ddl
+
+    client = stack.clickhouse_client()
+    probe = new_table(client, DATABASE, posts_ddl, f"{ds.spec.name}_probe")
+    try:
+        return Planned(stack, ds, probe)
+    finally:
+        client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{probe}` SYNC")
 
 
 # ----------------------------------------------------------------------------------- per dataset
@@ -547,7 +575,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke test of the harness")
     parser.add_argument("--out", default="bench/results", help="where results.json, REPORT.md and plots go")
     parser.add_argument("--skip-overhead", action="store_true", help="skip the 10k/100k-object listing figures")
-    parser.add_argument("--only", choices=["chunks", "end_to_end"],
+    parser.add_argument("--only", choices=["chunks", "end_to_end", "latency"],
                         help="run one section only (on the datasets it needs)")
     args = parser.parse_args(argv)
     quiet_airflow_logs()
@@ -574,7 +602,8 @@ def main(argv: list[str] | None = None) -> int:
         pool = RowPool(cfg.pool_rows_per_month)
         log(f"row pool: {pool.size} rows in {time.monotonic() - started:.1f}s")
         datasets = []
-        specs = {"chunks": [s for s in cfg.datasets if s.name == cfg.chunk_dataset], "end_to_end": []}.get(
+        specs = {"chunks": [s for s in cfg.datasets if s.name == cfg.chunk_dataset], "end_to_end": [],
+                 "latency": []}.get(
             args.only or "", cfg.datasets) + ([] if args.only == "chunks" else cfg.e2e_datasets)
         for spec in specs:
             ds = write_dataset(spec, pool, stack.s3_client(), BUCKET, node_files_dir(stack))
@@ -588,7 +617,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.only == "chunks":
             results["chunks"] = bench_chunks(stack, chunked, cfg) if chunked is not None else []
         elif args.only == "end_to_end":
-            results["end_to_end"] = bench_end_to_end(stack, e2e, repeats=cfg.e2e_repeats, database=DATABASE, log=log)
+            results["end_to_end"] = end_to_end_both(stack, e2e, cfg)
+        elif args.only == "latency":
+            results["latency"] = bench_latency(stack, e2e, {d.spec.name: planned_for(stack, d) for d in e2e},
+                                               repeats=cfg.latency_repeats, database=DATABASE, log=log)
         else:
             results["datasets"] = [bench_dataset(stack, ds, cfg) for ds in datasets]
             # Caps on the largest dataset (one big row group per file) and on the one with the most files
@@ -608,7 +640,9 @@ def main(argv: list[str] | None = None) -> int:
                 for d in results["datasets"]
             ]
             results["chunks"] = bench_chunks(stack, chunked, cfg) if chunked is not None else []
-            results["end_to_end"] = bench_end_to_end(stack, e2e, repeats=cfg.e2e_repeats, database=DATABASE, log=log)
+            results["end_to_end"] = end_to_end_both(stack, e2e, cfg)
+            results["latency"] = bench_latency(stack, e2e, {d.spec.name: planned_for(stack, d) for d in e2e},
+                                               repeats=cfg.latency_repeats, database=DATABASE, log=log)
         results["machine"]["load_average_end"] = os.getloadavg()
     results["wall_s"] = round(time.monotonic() - began, 1)
     if args.only:  # one section: its figures alone, beside the full run's report

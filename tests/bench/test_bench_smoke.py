@@ -29,8 +29,14 @@ def test_quick_bench_reports_every_variant_and_ratio(tmp_path: Path) -> None:
         assert cap["peak_within_cap"], cap
     assert [c["chunks"] for c in results["chunks"]] == [1, 10, 20], results["chunks"]  # 20 files: 40 chunks of 1 is 20
     assert len({c["rows"] for c in results["chunks"]}) == 1
-    (e2e,) = results["end_to_end"]
+    latency = results["latency"]
+    assert latency["proxy_requests"] > 0 and latency["proxy_bytes"] > 0  # the inserts read through the proxy
+    (shaped,) = latency["datasets"]
+    assert len(shaped["median_s"]) == 8 and len(shaped["proxy_over_direct"]) == 4, shaped  # every variant loaded
+    e2e, e2e_proxy = results["end_to_end"]
+    assert e2e_proxy["path"] == "proxy" and e2e_proxy["rows_equal"]
     assert e2e["rows_equal"] and e2e["speedup_end_to_end"] > 0 and e2e["median"]["operator"]["around_s"] > 0
     report = (tmp_path / "REPORT.md").read_text()
     assert "(c)/(a)" in report and "moto" in report and "## Chunks" in report and "## End to end" in report
+    assert "## Through a proxy that models S3" in report
     assert list(tmp_path.glob("*.png"))
