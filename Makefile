@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test unit integration lint bench docs clean
+.PHONY: venv demo test unit integration lint bench bench-large docs clean
 
 venv: $(STAMP)
 
@@ -44,6 +44,10 @@ $(DOCS_STAMP): $(STAMP)
 ## bench: the benchmark harness (bench/README.md)
 bench: venv
 	$(PY) -m bench.run
+
+## bench-large: the benchmark with the 100 000-object listing (moto's listing alone takes ~4 minutes)
+bench-large: venv
+	$(PY) -m bench.run --large
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache site
