@@ -421,6 +421,8 @@ class S3ToClickHouseOperator(BaseOperator):
                         return {**one, "ledger": ledger.summary(),
                                 "chunks": [c.describe() for c in chunks if c.number != WHOLE_FILE]}
                     loads.append(one)
+                if not loads:  # every file was taken by another load while this one renewed its claims
+                    return ledger.nothing_new(int((time.monotonic() - started) * 1000))
                 loaded = manifest.model_copy(update={"objects": [o for one in loads for o in one.files]})
             else:
                 one = self._load_one(context, hook, source, request, manifest, url, query_id, started=started)
