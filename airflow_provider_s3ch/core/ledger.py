@@ -52,7 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.glob import split_archive
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object, TableRef
-from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, LoadSteps
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, STEM_HEX_DIGITS, LoadSteps
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import quote_identifier, render_table
 
@@ -258,9 +258,9 @@ def unit_id(load_id: str, chunk: int = WHOLE_FILE) -> str:
     return load_id if chunk == WHOLE_FILE else f"{load_id}{chunk:0{CHUNK_HEX_DIGITS}x}"
 
 
-def load_of(unit: str, stem_digits: int) -> str:
-    """The load a unit id belongs to (its first ``stem_digits`` hex digits)."""
-    return unit[:stem_digits]
+def load_of(unit: str) -> str:
+    """The load a unit id (:func:`unit_id`) belongs to: its query id stem's first digits."""
+    return unit[:STEM_HEX_DIGITS]
 
 
 def staging_name(load_id: str, chunk: int = WHOLE_FILE) -> str:

@@ -30,6 +30,7 @@ from airflow_provider_s3ch.core.ledger import (
     key_list_pattern,
     ledger_engine_problem,
     ledger_ref,
+    load_of,
     narrow_manifest,
     render_create_ledger,
     render_read,
@@ -136,11 +137,11 @@ class LedgerRun:
         loads = set()
         for (text,) in running:
             try:
-                loads.add(QueryId.parse(str(text)).stem[:STEM_HEX_DIGITS])
+                loads.add(load_of(QueryId.parse(str(text)).stem))
             except InvalidRequestError:  # another query id that starts with s3ch-
                 continue
         units = {str(n)[len(STAGING_PREFIX):] for (n,) in staged}
-        return LoadFacts(staging=frozenset(u for u in units if u[:STEM_HEX_DIGITS] in ids),
+        return LoadFacts(staging=frozenset(u for u in units if load_of(u) in ids),
                          running=frozenset(loads & set(ids)))
 
     # ------------------------------------------------------------------ writes
