@@ -118,6 +118,8 @@ class FooterStats(NamedTuple):
     max_row_group_bytes: int | None = None
     files: int = 0
     calls: int = 0
+    #: The quickest footer read's round trip (ms): what one S3 request costs from here.
+    request_ms: float | None = None
 
 
 
@@ -186,6 +188,7 @@ def with_footers(manifest: Manifest, footers: FooterStats) -> Manifest:
             "uncompressed_bytes": footers.uncompressed_bytes,
             "max_row_group_bytes": footers.max_row_group_bytes,
             "footer_files": footers.files,
+            "request_ms": footers.request_ms,
         }
     )
 

@@ -199,12 +199,23 @@ def summary(plan: LoadPlan, metrics: LoadMetrics, wall_ms: int) -> dict[str, Any
         "admission_wait_ms": metrics.admission_wait_ms,
         "run_ms": metrics.run_ms,
         "memory_usage": metrics.memory_usage,
+        "predicted_memory_usage": plan.predicted_peak_bytes,
+        "predicted_memory_reason": plan.predicted_peak_reason,
+        "memory_vs_predicted": peak_ratio(metrics.memory_usage, plan.predicted_peak_bytes),
+        "history": plan.history,
         "rows_per_second": metrics.rows_per_second,
         "wall_ms": wall_ms,
         "nodes": [n.model_dump(mode="json") for n in metrics.nodes],
         "checks": [c.model_dump(mode="json") for c in plan.checks],
         "warnings": plan.warnings,
     }
+
+
+def peak_ratio(measured: int, predicted: int | None) -> float | None:
+    """Measured / predicted peak memory (1.0: exact; the plan's band is PEAK_BAND), or None."""
+    if not predicted or not measured:
+        return None
+    return round(measured / predicted, 3)
 
 
 def combine_chunks(parts: Sequence[LoadMetrics]) -> LoadMetrics:

@@ -318,6 +318,9 @@ class Manifest(BaseModel):
     uncompressed_bytes: int | None = None
     max_row_group_bytes: int | None = None
     footer_files: int = 0
+    #: The quickest footer read's round trip in ms (None when no footer was read): one S3 request's latency
+    #: as the worker sees it, which the plan takes as the server's (same region, same endpoint).
+    request_ms: float | None = None
 
     @property
     def file_count(self) -> int:
@@ -467,6 +470,11 @@ class LoadPlan(BaseModel):
     checks: list[Check] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     manifest: dict[str, Any] = Field(default_factory=dict)
+    #: The predicted peak memory of one node's insert (:mod:`airflow_provider_s3ch.core.plan.memory`) and why.
+    predicted_peak_bytes: int | None = None
+    predicted_peak_reason: str | None = None
+    #: What the plan took from the target's earlier loads (:mod:`airflow_provider_s3ch.core.history`), if any.
+    history: dict[str, Any] | None = None
 
 
 class S3Credentials(BaseModel):

@@ -22,6 +22,7 @@ when the budget cannot hold the largest Parquet row group per thread (:func:`row
 
 from __future__ import annotations
 
+from airflow_provider_s3ch.core.history import Learned
 from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest, Manifest, ServerProfile
 from airflow_provider_s3ch.core.plan.budget import (
     DEFAULT_MEMORY_SHARE,
@@ -37,6 +38,7 @@ from airflow_provider_s3ch.core.plan.checks import (
     structure_check,
     workload_check,
 )
+from airflow_provider_s3ch.core.plan.memory import PEAK_BAND, PeakEstimate, predict_peak
 from airflow_provider_s3ch.core.plan.settings import (
     BLOCK_MEMORY_FACTOR,
     COMPRESSED_EXPANSION,
@@ -54,6 +56,7 @@ from airflow_provider_s3ch.core.plan.settings import (
     SMALL_FILE_BYTES,
     apply_overrides,
     block_size,
+    data_estimate,
     expansion_factor,
     insert_threads,
     node_cores,
@@ -71,18 +74,23 @@ __all__ = [
     "PLAIN_EXPANSION", "ROW_GROUP_MEMORY_FACTOR", "SELF_COMPRESSED_EXPANSION", "SMALL_FILE_BYTES",
     "Budget", "GiB", "KiB", "MiB", "StrategyChoice", "apply_overrides", "block_size", "choose_strategy",
     "distributed_possible", "expansion_factor", "files_vs_nodes_check", "fmt_bytes", "insert_threads",
-    "make_plan", "memory_budget", "node_cores", "plan_settings", "region_check", "row_group_check",
+    "make_plan", "memory_budget", "PEAK_BAND", "PeakEstimate", "data_estimate", "peak_estimate", "predict_peak",
+    "with_prediction", "node_cores", "plan_settings", "region_check", "row_group_check",
     "row_group_threads", "structure_check", "WorkloadLimit", "chosen_workload", "workload_check", "workload_limit",
 ]  # fmt: skip
 
 
-def make_plan(request: LoadRequest, manifest: Manifest, profile: ServerProfile, *, source_url: str) -> LoadPlan:
+def make_plan(
+    request: LoadRequest, manifest: Manifest, profile: ServerProfile, *, source_url: str, learned: Learned | None = None
+) -> LoadPlan:
     """Plan one load: strategy, settings with reasons, checks and warnings.
 
     :param request: the validated request.
     :param manifest: the objects the glob matched.
     :param profile: the ClickHouse side.
     :param source_url: the object URL with the glob, as ClickHouse will see it.
+    :param learned: what the target's earlier loads of the same files say (:func:`~airflow_provider_s3ch.core.
+        history.learn`): the learned expansion sizes the data, the learned scale the predicted peak.
     :return: the plan.
     :raises PlanError: the memory cap is too small, or ``strategy="distributed"`` cannot run.
     :raises RegionMismatchError: regions differ and ``region_check="fail"``.
@@ -102,7 +110,9 @@ def make_plan(request: LoadRequest, manifest: Manifest, profile: ServerProfile, 
     if budget.warning:
         warnings.append(budget.warning)
 
-    settings = plan_settings(request, manifest, profile, budget, nodes)
+    learned = learned.for_cap(budget.per_node) if learned is not None and learned.loads else None
+    settings = plan_settings(request, manifest, profile, budget, nodes,
+                             expansion=learned.expansion if learned is not None else None)
     row_group_warning = row_group_check(manifest, budget)
     if row_group_warning:
         warnings.append(row_group_warning)
@@ -114,7 +124,7 @@ def make_plan(request: LoadRequest, manifest: Manifest, profile: ServerProfile, 
     if workload.status == "warn":
         warnings.append(workload.message)
 
-    return LoadPlan(
+    plan = LoadPlan(
         table=request.table,
         source_url=source_url,
         format=fmt,
@@ -129,4 +139,21 @@ def make_plan(request: LoadRequest, manifest: Manifest, profile: ServerProfile, 
         checks=[region, files_vs_nodes_check(manifest, profile, distributed), workload],
         warnings=warnings,
         manifest=manifest.summary(),
+        history=learned.summary() if learned is not None else None,
     )
+    return with_prediction(plan, manifest, profile)
+
+
+def peak_estimate(plan: LoadPlan, manifest: Manifest, profile: ServerProfile) -> PeakEstimate:
+    """The predicted peak memory of one node's insert with ``plan``'s settings as they are now."""
+    nodes = profile.node_count if plan.strategy == "distributed" else 1
+    cores, _ = node_cores(profile, nodes)
+    history = plan.history or {}
+    return predict_peak(plan.settings.values, manifest, cores=cores, fmt=plan.format, compression=plan.compression,
+                        nodes=nodes, scale=history.get("memory_scale") or 1.0, expansion=history.get("expansion"))
+
+
+def with_prediction(plan: LoadPlan, manifest: Manifest, profile: ServerProfile) -> LoadPlan:
+    """``plan`` with its predicted peak memory for its settings as they are now (after a step down too)."""
+    estimate = peak_estimate(plan, manifest, profile)
+    return plan.model_copy(update={"predicted_peak_bytes": estimate.bytes, "predicted_peak_reason": estimate.reason})

@@ -63,6 +63,14 @@ LARGE_DOWNLOAD_BUFFER_BYTES = 52_428_800
 #: are better read in parallel ranges with ClickHouse's default 10 MiB buffer.
 SMALL_FILE_BYTES = 100 * MiB
 
+#: From this S3 request latency (ms, the quickest footer read) on, a Parquet load reads with
+#: :data:`LATENT_READING_THREADS` streams: each stream waits on S3 most of the time. Through a proxy adding
+#: 30 ms per request (80 MB/s per connection), 8 reading threads took the insert of 20 Parquet files from
+#: 0.80 to 0.60-0.67 of ClickHouse's defaults; straight from a loopback S3 (1-5 ms) they were a small
+#: loss, and on gzip'd CSV no gain either way (docs/benchmarks.md).
+LATENT_REQUEST_MS = 15.0
+LATENT_READING_THREADS = 8
+
 #: Under this per-node budget, ``max_insert_delayed_streams_for_parallel_write`` is lowered.
 LOW_MEMORY_BYTES = 2 * GiB
 
@@ -112,6 +120,28 @@ def expansion_factor(fmt: str, compression: str | None) -> float:
 
 
 
+def data_estimate(manifest: Manifest, fmt: str, compression: str | None, *, expansion: float | None = None) -> tuple[int, str]:
+    """The load's uncompressed bytes as the plan estimates them, and how.
+
+    :param expansion: uncompressed bytes per file byte learned from earlier loads; used for formats
+        without footers (Parquet's footers give the size itself).
+    """
+    if manifest.uncompressed_bytes:
+        return manifest.uncompressed_bytes, (
+            f"{fmt_bytes(manifest.total_bytes)} {fmt}, {fmt_bytes(manifest.uncompressed_bytes)} uncompressed "
+            f"(from {manifest.footer_files} Parquet "
+            f"footer{'s' if manifest.footer_files != 1 else ''})"
+        )
+    if expansion:
+        return int(manifest.total_bytes * expansion), (
+            f"~{fmt_bytes(manifest.total_bytes)} {fmt} x {expansion:.2f} (learned from earlier loads)"
+        )
+    factor = expansion_factor(fmt, compression)
+    return int(manifest.total_bytes * factor), (
+        f"~{fmt_bytes(manifest.total_bytes)} {fmt}{' ' + compression if is_compressed(compression) else ''} x {factor:g}"
+    )
+
+
 def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
     """``min_insert_block_size_bytes``: the guide's memory formula, capped by the data.
 
@@ -151,7 +181,8 @@ def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
 
 
 def plan_settings(
-    request: LoadRequest, manifest: Manifest, profile: ServerProfile, budget: Budget, nodes: int
+    request: LoadRequest, manifest: Manifest, profile: ServerProfile, budget: Budget, nodes: int,
+    *, expansion: float | None = None,
 ) -> InsertSettings:
     """The insert settings, each with a one-line reason, then the user's overrides.
 
@@ -160,6 +191,7 @@ def plan_settings(
     :param profile: the server (cores, per-node cores).
     :param budget: the per-node memory budget.
     :param nodes: nodes taking part (1 for a single-node load).
+    :param expansion: uncompressed bytes per file byte learned from earlier loads (formats without footers).
     :return: values, reasons (same keys) and the names the user overrode or added.
     :raises PlanError: the computed block is below :data:`MIN_BLOCK_BYTES`.
     """
@@ -189,19 +221,9 @@ def plan_settings(
     fmt = request.format or manifest.format
     compression = request.compression or manifest.compression
     per_nodes = f" / {nodes} nodes" if nodes > 1 else ""
-    if manifest.uncompressed_bytes:
-        data_bytes = manifest.uncompressed_bytes // nodes
-        estimate = (
-            f"; data {fmt_bytes(manifest.total_bytes)} {fmt}, {fmt_bytes(manifest.uncompressed_bytes)} uncompressed "
-            f"(from {manifest.footer_files} Parquet footer{'s' if manifest.footer_files != 1 else ''}){per_nodes}"
-        )
-    else:
-        factor = expansion_factor(fmt, compression)
-        data_bytes = int(manifest.total_bytes * factor) // nodes
-        estimate = (
-            f"; data ~{fmt_bytes(manifest.total_bytes)} {fmt}"
-            f"{' ' + compression if is_compressed(compression) else ''} x {factor:g}{per_nodes}"
-        )
+    data_bytes, data_text = data_estimate(manifest, fmt, compression, expansion=expansion)
+    data_bytes //= nodes
+    estimate = f"; data {data_text}{per_nodes}"
     block, block_reason = block_size(budget.per_node, threads, data_bytes)
     if block < MIN_BLOCK_BYTES and "min_insert_block_size_bytes" not in request.settings:
         raise PlanError(_block_error(request, budget, threads))
@@ -216,6 +238,16 @@ def plan_settings(
             f"50 MiB (the guide): {manifest.file_count} files for {threads} threads, median file "
             f"{fmt_bytes(median)} <= {fmt_bytes(SMALL_FILE_BYTES)}, so each file is downloaded whole by one "
             "thread with fewer S3 calls",
+        )
+
+    readers = _latent_readers(manifest, fmt, compression, cores, nodes, budget.per_node)
+    if readers:
+        put(
+            "max_threads",
+            readers,
+            f"{readers} reading streams, not {cores} (the cores): an S3 request took {manifest.request_ms:g} ms "
+            f"(the quickest footer read, >= {LATENT_REQUEST_MS:g} ms), so each stream waits on S3 most of the time "
+            f"and more streams over {manifest.file_count} Parquet files hide the latency (docs/benchmarks.md)",
         )
 
     put(
@@ -287,6 +319,24 @@ def apply_overrides(
         values[name] = value
         overrides.append(name)
     return overrides
+
+
+def _latent_readers(manifest: Manifest, fmt: str, compression: str | None, cores: int, nodes: int, budget: int) -> int:
+    """``max_threads`` for Parquet over S3 with request latency (:data:`LATENT_REQUEST_MS`), or 0 to leave it.
+
+    At most the files per node; only while that many streams of the largest row group
+    (x :data:`ROW_GROUP_MEMORY_FACTOR`) take at most half the budget."""
+    if fmt.lower() != "parquet" or is_compressed(compression) or manifest.request_ms is None:
+        return 0
+    if manifest.request_ms < LATENT_REQUEST_MS:
+        return 0
+    files = -(-manifest.file_count // max(1, nodes))
+    readers = min(max(cores, LATENT_READING_THREADS), files)
+    if readers <= cores:
+        return 0
+    if readers * ROW_GROUP_MEMORY_FACTOR * (manifest.max_row_group_bytes or 0) > budget // 2:
+        return 0
+    return readers
 
 
 def node_cores(profile: ServerProfile, nodes: int) -> tuple[int, str]:

@@ -1,0 +1,126 @@
+"""The load's predicted peak memory: what one node's insert will hold at its busiest, from what the plan knows.
+
+The model (per node; the terms add up, then two bounds apply):
+
+- a base of :data:`PEAK_BASE_BYTES` (the query's pipeline, buffers, the schema, the S3 client);
+- per insert thread that has data to write (at most the reading streams): :data:`PEAK_BLOCK_FACTOR`
+  copies of its insert block (the guide's "about three copies: built, sorted, compressed") and
+  :data:`PEAK_THREAD_BYTES` of write buffers for the part it writes; all threads together at most
+  :data:`PEAK_DATA_FACTOR` x the data (a block bigger than the whole load holds the load, not a block);
+- per reading stream (``max_threads``, at most the file count): for Parquet,
+  :data:`PEAK_ROW_GROUP_FACTOR` x the largest row group (footers); for other formats
+  :data:`PEAK_TEXT_READ_FACTOR` x its share of a file, up to :data:`PEAK_TEXT_READ_BYTES`;
+- the whole bounded by ``max_memory_usage``: the server stops the query there, so a prediction at the
+  cap means the load will likely stop.
+
+The constants are fitted on the benchmark's 90 loads from S3 (4 datasets, Parquet and gzip'd CSV,
+3 to 400 files, 1-4 insert threads, 5 MiB to 3.2 GiB blocks, memory caps from 256 MiB; make bench,
+docs/tuning.md): measured / predicted fell within :data:`PEAK_BAND`. ``scale`` and ``expansion``
+come from the same target's earlier loads (:mod:`airflow_provider_s3ch.core.history`), when there are any.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pydantic import BaseModel, ConfigDict
+
+from airflow_provider_s3ch.core.models import Manifest, SettingValue
+from airflow_provider_s3ch.core.plan.settings import BLOCK_MEMORY_FACTOR, DEFAULT_BLOCK_BYTES, data_estimate
+from airflow_provider_s3ch.core.sizes import MiB, fmt_bytes
+
+#: What a load holds whatever its data: the query's pipeline, buffers, the S3 client.
+PEAK_BASE_BYTES = 100 * MiB
+
+#: Copies of an insert block per insert thread (the guide's divisor).
+PEAK_BLOCK_FACTOR = BLOCK_MEMORY_FACTOR
+
+#: Write buffers of the part an insert thread writes (one per column and file, compressed).
+PEAK_THREAD_BYTES = 60 * MiB
+
+#: Memory of one Parquet reading stream per byte of the largest uncompressed row group.
+PEAK_ROW_GROUP_FACTOR = 1.5
+
+#: Memory of one reading stream of a text format per byte of its share of a file (decompressed), and the
+#: share counted at most.
+PEAK_TEXT_READ_FACTOR = 0.5
+PEAK_TEXT_READ_BYTES = 64 * MiB
+
+#: The insert threads never hold more than this many copies of the load's whole data.
+PEAK_DATA_FACTOR = 2.4
+
+#: Measured / predicted on the benchmark's loads from S3 (make bench, docs/tuning.md): 0.76-1.31.
+PEAK_BAND = (0.75, 1.35)
+
+
+class PeakEstimate(BaseModel):
+    """The predicted peak memory of one node's insert, its terms and why."""
+
+    model_config = ConfigDict(frozen=True)
+
+    bytes: int
+    reason: str
+    #: The model's bytes before ``scale`` and the cap (what a later load compares its peak with).
+    model_bytes: int
+    #: The terms before the bounds (bytes): base, blocks, reading.
+    terms: dict[str, int]
+    #: True when the prediction reaches ``max_memory_usage``: the load will likely stop there.
+    at_cap: bool = False
+
+
+def _int(value: SettingValue | None, default: int) -> int:
+    if isinstance(value, bool) or value is None:
+        return default
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return default
+    return number if number > 0 else default
+
+
+def predict_peak(
+    values: Mapping[str, SettingValue], manifest: Manifest, *, cores: int, fmt: str, compression: str | None,
+    nodes: int = 1, scale: float = 1.0, expansion: float | None = None,
+) -> PeakEstimate:
+    """The predicted peak memory of one node's insert with these settings.
+
+    :param values: the insert's settings (ClickHouse's defaults for those missing).
+    :param manifest: the files (sizes, row groups, uncompressed size).
+    :param cores: one node's cores (ClickHouse's default ``max_threads`` and ``max_insert_threads``).
+    :param nodes: nodes sharing the files.
+    :param scale: measured / predicted on earlier loads of the same target (1: none).
+    :param expansion: learned uncompressed bytes per file byte (formats without footers).
+    """
+    files = max(1, -(-manifest.file_count // max(1, nodes)))
+    data, data_text = data_estimate(manifest, fmt, compression, expansion=expansion)
+    data //= max(1, nodes)
+    readers = min(_int(values.get("max_threads"), cores), files)
+    writers = min(_int(values.get("max_insert_threads"), cores), readers)
+    block = _int(values.get("min_insert_block_size_bytes"), DEFAULT_BLOCK_BYTES)
+    per_block = int(PEAK_BLOCK_FACTOR * writers * block) + writers * PEAK_THREAD_BYTES
+    blocks = min(per_block, int(PEAK_DATA_FACTOR * data))
+    if manifest.max_row_group_bytes:
+        reading = int(readers * PEAK_ROW_GROUP_FACTOR * manifest.max_row_group_bytes)
+        reading_text = (f"{readers} reading x {PEAK_ROW_GROUP_FACTOR:g} x the largest row group "
+                        f"{fmt_bytes(manifest.max_row_group_bytes)}")
+    else:
+        share = min(data // files, PEAK_TEXT_READ_BYTES)
+        reading = int(readers * PEAK_TEXT_READ_FACTOR * share)
+        reading_text = f"{readers} reading x {PEAK_TEXT_READ_FACTOR:g} x {fmt_bytes(share)} of a file"
+    model = PEAK_BASE_BYTES + blocks + reading
+    predicted = int(model * scale)
+    reason = (
+        f"{fmt_bytes(PEAK_BASE_BYTES)} base + {writers} writing x ({PEAK_BLOCK_FACTOR} x {fmt_bytes(block)} block + "
+        f"{fmt_bytes(PEAK_THREAD_BYTES)}) + {reading_text}"
+    )
+    if blocks < per_block:
+        reason += f"; the writing bounded by {PEAK_DATA_FACTOR:g} x the data ({data_text})"
+    if scale != 1.0:
+        reason += f", x {scale:.2f} (measured / predicted on earlier loads of this target)"
+    cap = _int(values.get("max_memory_usage"), 0)
+    at_cap = bool(cap) and predicted >= cap
+    if at_cap:
+        reason += f": reaches max_memory_usage {fmt_bytes(cap)}, where the server stops the load"
+        predicted = cap
+    return PeakEstimate(bytes=predicted, reason=reason, model_bytes=model, terms={"base": PEAK_BASE_BYTES, "blocks": blocks,
+                                                              "reading": reading}, at_cap=at_cap)

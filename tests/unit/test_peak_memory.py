@@ -1,0 +1,126 @@
+"""The predicted peak memory (core/plan/memory.py): against the benchmark's measured peaks, and its properties."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_s3ch.core.models import Manifest, S3Object
+from airflow_provider_s3ch.core.plan import PEAK_BAND, make_plan, predict_peak
+from tests.unit.test_planner import SOURCE_URL, profile, request
+
+MiB = 1024 * 1024
+
+
+def files(count: int, total: int, fmt: str, compression: str | None = None, *, uncompressed: int | None = None,
+          row_group: int | None = None) -> Manifest:
+    size = total // count
+    return Manifest(bucket="b", pattern="p/*", prefix="p/", format=fmt, compression=compression,
+                    objects=[S3Object(key=f"p/{i:04d}", size=size) for i in range(count)],
+                    uncompressed_bytes=uncompressed, max_row_group_bytes=row_group, footer_files=count if row_group else 0)
+
+
+# The benchmark's datasets (make bench, bench/results/results.json) and loads measured on them: the settings the
+# insert ran with and its peak memory (system.query_log memory_usage) on a 2-core server.
+FEW_LARGE = files(3, 231_872_224, "Parquet", uncompressed=642_553_125, row_group=214_282_052)
+MANY_SMALL = files(400, 108_523_391, "Parquet", uncompressed=288_670_401, row_group=744_754)
+CSV_FEW = files(4, 93_771_410, "CSVWithNames", "gzip")
+CSV_MANY = files(200, 93_887_402, "CSVWithNames", "gzip")
+
+
+def s(threads: int | None = None, block_mib: float | None = None, **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {**extra}
+    if threads is not None:
+        out["max_insert_threads"] = threads
+    if block_mib is not None:
+        out["min_insert_block_size_bytes"] = int(block_mib * MiB)
+    return out
+
+
+MEASURED = [
+    (FEW_LARGE, s(), 1898), (FEW_LARGE, s(2, 76.6), 1340), (FEW_LARGE, s(1, 64), 1172), (FEW_LARGE, s(2, 256), 1850),
+    (FEW_LARGE, s(1, 1024), 1952), (FEW_LARGE, s(4, 64), 1457),
+    (FEW_LARGE, s(1, 38.3, max_threads=1, max_memory_usage=1024 * MiB), 487),
+    (FEW_LARGE, s(1, 5.3, max_threads=1, max_memory_usage=256 * MiB), 227),
+    (MANY_SMALL, s(), 889), (MANY_SMALL, s(2, 64), 508), (MANY_SMALL, s(1, 64), 334), (MANY_SMALL, s(1, 256), 774),
+    (MANY_SMALL, s(2, 1024), 844), (MANY_SMALL, s(1, 10.7, max_threads=1, max_memory_usage=256 * MiB), 172),
+    (CSV_FEW, s(), 825), (CSV_FEW, s(2, 64), 864), (CSV_FEW, s(1, 64), 538), (CSV_FEW, s(2, 1024), 844),
+    (CSV_MANY, s(), 881), (CSV_MANY, s(2, 64), 497), (CSV_MANY, s(1, 64), 339), (CSV_MANY, s(2, 256), 881),
+]
+
+
+@pytest.mark.parametrize(("man", "values", "peak_mib"), MEASURED)
+def test_the_prediction_is_within_its_band_on_the_benchmarks_loads(man: Manifest, values: dict, peak_mib: int) -> None:
+    estimate = predict_peak(values, man, cores=2, fmt=man.format, compression=man.compression)
+    ratio = peak_mib * MiB / estimate.bytes
+    assert PEAK_BAND[0] <= ratio <= PEAK_BAND[1], (ratio, estimate.reason)
+
+
+sizes = st.integers(min_value=1 * MiB, max_value=4096 * MiB)
+
+
+@settings(max_examples=200, deadline=None)
+@given(threads=st.integers(1, 16), more=st.integers(1, 16), block=sizes, bigger=sizes, cores=st.integers(1, 64),
+       n=st.integers(1, 2000), total=st.integers(1, 10**11), row_group=st.none() | sizes)
+def test_more_threads_or_bigger_blocks_never_predict_less(threads, more, block, bigger, cores, n, total, row_group):
+    man = files(n, max(n, total), "Parquet", uncompressed=3 * max(n, total) if row_group else None, row_group=row_group)
+
+    def peak(t: int, b: int) -> int:
+        values = {"max_insert_threads": t, "min_insert_block_size_bytes": b, "max_threads": t}
+        return predict_peak(values, man, cores=cores, fmt="Parquet", compression=None).bytes
+
+    assert peak(threads + more, block) >= peak(threads, block)
+    assert peak(threads, block + bigger) >= peak(threads, block)
+
+
+@settings(max_examples=100, deadline=None)
+@given(cap=st.integers(64 * MiB, 8192 * MiB), block=sizes, threads=st.integers(1, 32))
+def test_the_prediction_never_passes_the_cap_and_says_when_it_reaches_it(cap, block, threads) -> None:
+    values = {"max_insert_threads": threads, "min_insert_block_size_bytes": block, "max_memory_usage": cap}
+    estimate = predict_peak(values, FEW_LARGE, cores=32, fmt="Parquet", compression=None)
+    assert estimate.bytes <= cap
+    assert estimate.at_cap == (estimate.model_bytes >= cap)
+    assert ("reaches max_memory_usage" in estimate.reason) == estimate.at_cap
+
+
+def test_scale_and_expansion_move_the_prediction() -> None:
+    plain = predict_peak({}, CSV_FEW, cores=2, fmt="CSVWithNames", compression="gzip")
+    assert predict_peak({}, CSV_FEW, cores=2, fmt="CSVWithNames", compression="gzip", scale=1.5).bytes == int(
+        plain.model_bytes * 1.5)
+    learned = predict_peak({}, CSV_FEW, cores=2, fmt="CSVWithNames", compression="gzip", expansion=2.0)
+    assert learned.bytes < plain.bytes and "x 1.50" not in learned.reason
+
+
+def test_the_plan_carries_its_prediction_and_a_cap_plan_predicts_over_the_cap() -> None:
+    # The guide's first plan for 3 files of one 204 MiB row group each under a 1 GiB cap measured ~1.2 GiB
+    # (a memory limit at 1 GiB); the prediction says so.
+    p = make_plan(request(memory_cap="1GiB"), FEW_LARGE, profile(cores=2, memory=16 * 1024 * MiB), source_url=SOURCE_URL)
+    assert p.predicted_peak_bytes == 1024 * MiB and "reaches max_memory_usage" in (p.predicted_peak_reason or "")
+    free = make_plan(request(), MANY_SMALL, profile(cores=2, memory=16 * 1024 * MiB), source_url=SOURCE_URL)
+    assert free.predicted_peak_bytes is not None and 300 * MiB < free.predicted_peak_bytes < 700 * MiB
+
+
+def latent(request_ms: float | None, n: int = 20, *, fmt: str = "Parquet", row_group: int = 14 * MiB) -> Manifest:
+    man = files(n, n * 5 * MiB, fmt, uncompressed=n * 14 * MiB if fmt == "Parquet" else None,
+                row_group=row_group if fmt == "Parquet" else None)
+    return man.model_copy(update={"request_ms": request_ms})
+
+
+def test_parquet_over_a_slow_s3_reads_with_more_streams_within_the_files_and_the_budget() -> None:
+    prof = profile(cores=2, memory=16 * 1024 * MiB)
+
+    def threads(man: Manifest, **kwargs: Any) -> Any:
+        return make_plan(request(**kwargs), man, prof, source_url=SOURCE_URL).settings.values.get("max_threads")
+
+    assert threads(latent(30.0)) == 8
+    assert threads(latent(3.0)) is None and threads(latent(None)) is None
+    assert threads(latent(30.0, n=5)) == 5  # no more streams than files
+    assert threads(latent(30.0, n=2)) is None  # no more files than cores
+    assert threads(latent(30.0, fmt="CSVWithNames")) is None
+    assert threads(latent(30.0, row_group=200 * MiB), memory_cap="2GiB") is None  # 8 x 6 x 200 MiB > 1 GiB
+    assert threads(latent(30.0), settings={"max_threads": 3}) == 3  # the user's setting wins
+    p = make_plan(request(), latent(30.0), prof, source_url=SOURCE_URL)
+    assert "8 reading x" in (p.predicted_peak_reason or "")
