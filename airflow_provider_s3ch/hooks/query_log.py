@@ -14,11 +14,14 @@ from typing import Any
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from airflow_provider_s3ch.core.deferral import LoggedQuery, Look, RunningQuery
+from airflow_provider_s3ch.core.history import HISTORY_DAYS, HISTORY_LOADS, PastLoad, parse_tag, tag_prefix
 from airflow_provider_s3ch.core.metrics import QUERY_LOG_COLUMNS, QueryLogRow
 from airflow_provider_s3ch.core.models import ClusterNode
 from airflow_provider_s3ch.core.recovery import EarlierTry, QueryId
-from airflow_provider_s3ch.errors import LoadError
+from airflow_provider_s3ch.errors import LoadError, S3chError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+
+_log = logging.getLogger(__name__)
 
 _LOG_SQL = (
     f"SELECT {', '.join(QUERY_LOG_COLUMNS)} FROM system.query_log WHERE {{where}} "
@@ -123,6 +126,29 @@ class QueryLog:
                 {"q": query_id}, client=client, node=address,
             )
         ]
+
+    def past_loads(self, key: str) -> list[PastLoad]:
+        """The finished inserts tagged with ``key`` (:mod:`airflow_provider_s3ch.core.history`), newest first:
+        at most ``HISTORY_LOADS`` of the last ``HISTORY_DAYS`` days, on the connection's node. A server whose
+        ``system.query_log`` cannot be read gives none: the plan is then the planner's alone."""
+        try:
+            rows = self.hook.execute(
+                "SELECT log_comment, written_bytes, written_rows, memory_usage, query_duration_ms "
+                "FROM system.query_log WHERE type = 'QueryFinish' AND is_initial_query "
+                "AND event_date >= today() - %(days)s AND startsWith(log_comment, %(p)s) "
+                "ORDER BY event_time_microseconds DESC LIMIT %(n)s",
+                {"p": tag_prefix(key), "days": HISTORY_DAYS, "n": HISTORY_LOADS},
+            )
+        except S3chError as exc:
+            _log.warning("No history of earlier loads (system.query_log: %s): planning without it", exc)
+            return []
+        out = []
+        for comment, written_bytes, written_rows, memory, duration in rows:
+            facts = parse_tag(str(comment))
+            if facts is not None:
+                out.append(PastLoad(facts=facts, written_bytes=int(written_bytes), written_rows=int(written_rows),
+                                    memory_usage=int(memory), duration_ms=int(duration)))
+        return out
 
     # ------------------------------------------------------------------ deferrable loads
     def look(self, query_ids: Sequence[str], nodes: Sequence[ClusterNode] = (), *, logged: bool = True) -> Look:

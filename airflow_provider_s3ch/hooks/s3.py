@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import io
 import logging
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -231,28 +233,39 @@ def parquet_footer_stats(
         import pyarrow.parquet as pq
     except ImportError:
         return policy.FooterStats()
-    calls = 0
-    sampled: list[tuple[int, list[int]]] = []
-    for obj in policy.footer_sample(objects, sample):
+    def read(obj: S3Object) -> tuple[int, float, list[int] | None]:
+        """(GETs, the first GET's ms, the row groups' uncompressed sizes or None when skipped)."""
+        calls = 0
         try:
+            started = time.monotonic()
             tail, n = _tail(client, bucket, obj, min(obj.size, policy.FOOTER_PROBE_BYTES))
+            took = (time.monotonic() - started) * 1000 / n
             calls += n
             if len(tail) < 8 or tail[-4:] != b"PAR1":
                 log.info("Parquet footer of %s skipped: the file does not end with PAR1", obj.key)
-                continue
+                return calls, took, None
             footer_len = int.from_bytes(tail[-8:-4], "little")
             if footer_len + 8 > len(tail):
                 if footer_len + 8 > min(obj.size, policy.MAX_FOOTER_BYTES):
                     log.info("Parquet footer of %s skipped: it claims %d bytes", obj.key, footer_len)
-                    continue
+                    return calls, took, None
                 tail, n = _tail(client, bucket, obj, footer_len + 8)
                 calls += n
             meta = pq.read_metadata(_TailFile(tail, obj.size))
         except Exception as exc:  # noqa: BLE001 - footers are an optimisation: any failure falls back
             log.info("Parquet footer of %s skipped (the plan falls back to size estimates): %s", obj.key, exc)
-            continue
-        sampled.append((obj.size, [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]))
-    return policy.footer_stats(objects, sampled, calls)
+            return calls, float("inf"), None
+        return calls, took, [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+
+    chosen = policy.footer_sample(objects, sample)
+    # The footers at once: each is one or two small GETs, and over real S3 each GET waits tens of ms.
+    with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
+        answers = list(pool.map(read, chosen))
+    calls = sum(n for n, _, _ in answers)
+    sampled = [(obj.size, groups) for obj, (_, _, groups) in zip(chosen, answers, strict=True) if groups is not None]
+    quickest = min((took for _, took, groups in answers if groups is not None), default=None)
+    stats = policy.footer_stats(objects, sampled, calls)
+    return stats._replace(request_ms=round(quickest, 1)) if quickest is not None and stats.files else stats
 
 
 def _tail(client: BaseClient, bucket: str, obj: S3Object, n: int) -> tuple[bytes, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,10 +18,12 @@ from airflow.sdk import BaseOperator, Context, conf
 
 from airflow_provider_s3ch.core.deferral import DeferredLoad
 from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
+from airflow_provider_s3ch.core.history import Learned, TagFacts, history_key, learn
+from airflow_provider_s3ch.core.history import tag as history_tag
 from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT, WHOLE_FILE, Chunk
 from airflow_provider_s3ch.core.ledger import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import LoadFacts, outlet_extra
-from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics, summary
+from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics, peak_ratio, summary
 from airflow_provider_s3ch.core.models import (
     Check,
     ClusterNode,
@@ -33,7 +35,7 @@ from airflow_provider_s3ch.core.models import (
     ServerProfile,
     TableInfo,
 )
-from airflow_provider_s3ch.core.plan import make_plan
+from airflow_provider_s3ch.core.plan import make_plan, peak_estimate
 from airflow_provider_s3ch.core.plan.shrink import STEPS, StepName, changed, smaller
 from airflow_provider_s3ch.core.plan.shrink import step as shrink_step
 from airflow_provider_s3ch.core.recovery import (
@@ -209,6 +211,10 @@ class S3ToClickHouseOperator(BaseOperator):
         rows; a retry resumes at the first chunk not committed. ``mode='append'`` only. (templated)
     :param max_bytes_per_load: with ``skip_loaded``: the most bytes (as listed, e.g. ``'10GiB'``) one insert
         reads; a larger file is a chunk alone. (templated)
+    :param learn_from_history: read the target's earlier loads of the same files from ``system.query_log``
+        (each insert is tagged with ``log_comment``) and calibrate the plan with them: the data's expansion,
+        the predicted peak memory, and the step down the last load at the same cap needed (docs/tuning.md,
+        "Learning from past loads"). One query per load; ``False`` plans from this run's facts alone.
 
     Retries: the query id is ``s3ch-<stem>-try<N>``, the stem fixed per task instance and
     load configuration (a retry after the DAG's ``s3_uri``, table, mode, format, compression,
@@ -278,6 +284,7 @@ class S3ToClickHouseOperator(BaseOperator):
         claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
         max_files_per_load: int | str | None = None,
         max_bytes_per_load: int | str | None = None,
+        learn_from_history: bool = True,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -314,6 +321,11 @@ class S3ToClickHouseOperator(BaseOperator):
         self.claim_timeout = claim_timeout
         self.max_files_per_load = max_files_per_load
         self.max_bytes_per_load = max_bytes_per_load
+        self.learn_from_history = learn_from_history
+        #: What the target's earlier loads of the same files say (None: not read, or learn_from_history=False).
+        self._learned: Learned | None = None
+        #: This target's and these files' key in the tags (core/history.py).
+        self._key = ""
         self._running: tuple[ClickHouseHook, list[str], Sequence[ClusterNode]] | None = None
         #: The smaller plan an insert of this task needed after a memory limit (later chunks start from it).
         self._memory_step: StepName | None = None
@@ -382,6 +394,7 @@ class S3ToClickHouseOperator(BaseOperator):
         self._lineage_facts = None
         self._memory_step = None
         self._columns = None
+        self._learned = None
         with provider_errors():
             result = self._load(context)
         self._outlet_events(context, result)
@@ -400,6 +413,9 @@ class S3ToClickHouseOperator(BaseOperator):
         ledger = None
         loads: list[_Loaded] = []
         try:
+            self._key = self._history_key(hook, request, manifest)
+            if self.learn_from_history and "log_comment" not in request.settings:
+                self._learned = learn(QueryLog(hook).past_loads(self._key), footers=bool(manifest.uncompressed_bytes))
             url = object_url(request.bucket, request.key_pattern,
                              endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
                              archive_syntax=archive_path_syntax(request.settings))
@@ -448,6 +464,10 @@ class S3ToClickHouseOperator(BaseOperator):
                        "resume_reason": last.resume.reason, "partitions": partitions, "table_changes": loads[0].table,
                        "warnings": list(dict.fromkeys([*(w for one in loads for w in one.plan.warnings),
                                                        *last.steps.warnings]))})
+        predicted = [one.plan.predicted_peak_bytes for one in loads if one.plan.predicted_peak_bytes]
+        if len(loads) > 1 and predicted:  # chunks: the largest chunk's prediction beside the largest chunk's peak
+            result.update(predicted_memory_usage=max(predicted),
+                          memory_vs_predicted=peak_ratio(metrics.memory_usage, max(predicted)))
         result["memory_attempts"] = [{**a, **({"chunk": one.chunk} if one.chunk else {})}
                                      for one in loads for a in one.memory_attempts]
         if len(loads) > 1 or (ledger is not None and ledger.selection.chunks):
@@ -473,6 +493,7 @@ class S3ToClickHouseOperator(BaseOperator):
         """One insert: the load, or one chunk of it (``ledger`` and ``chunk``): plan, insert (or take an
         earlier try's), bring the staging table in. A dry run's result instead, for a dry run."""
         profile, plan, table = self._target(hook, source, request, manifest, url)
+        plan = self._tagged(plan, manifest, profile, "plan")
         steps = plan_steps(request.mode, profile.table, query_id.stem)
         if ledger is not None:  # ledger: only a load through a staging table
             ledger.check(steps, plan)
@@ -496,9 +517,9 @@ class S3ToClickHouseOperator(BaseOperator):
                                  manifest=manifest, request=request, table=table, resume=resume,
                                  fan_out=fan_out, started=started)
         elif attached_to is None:
-            plan, rendered, attempts = self._insert_within_cap(hook, queries, plan, rendered, source, query_id,
-                                                               profile.nodes if distributed else [], steps,
-                                                               request, profile.cores)
+            plan, rendered, attempts = self._insert_within_cap(
+                hook, queries, plan, rendered, source, query_id, profile.nodes if distributed else [], steps,
+                request, profile.cores, tag=lambda p, name: self._tagged(p, manifest, profile, name))
         entry = queries.entry(attached_to or str(query_id), fan_out)
         metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
                                distributed=distributed, target_distributed=profile.table.is_distributed)
@@ -516,20 +537,28 @@ class S3ToClickHouseOperator(BaseOperator):
     def _insert_within_cap(
         self, hook: ClickHouseHook, queries: QueryLog, plan: LoadPlan, rendered: RenderedSQL, source: S3Source,
         query_id: QueryId, nodes: Sequence[ClusterNode], steps: LoadSteps, request: LoadRequest, cores: int,
+        tag: Callable[[LoadPlan, str], LoadPlan],
     ) -> tuple[LoadPlan, RenderedSQL, list[dict[str, Any]]]:
         """The insert; after the load's own memory limit (``memory_cap``), the same insert again with smaller
         plans while the target is untouched (a staging table), each attempt logged and recorded
         (:mod:`airflow_provider_s3ch.core.plan.shrink`). ``max_memory_usage`` stays the cap throughout.
-        A later chunk of the same task starts from the step that fitted."""
+        A later chunk of the same task starts from the step that fitted, and so does a load whose last load at
+        the same cap needed one (``plan.history``). ``tag`` gives a plan its prediction and ``log_comment``."""
         first = plan.settings
         names = list(STEPS)
         attempts: list[dict[str, Any]] = []
         current = "plan"
-        if self._memory_step is not None:  # an earlier chunk needed a smaller plan: start from it
-            current = self._memory_step
+        learned_step = (plan.history or {}).get("start_step")
+        start = self._memory_step or (learned_step if learned_step in STEPS else None)
+        if start is not None:  # an earlier chunk, or the last load at this cap, needed a smaller plan: start there
+            current = start
             names = names[names.index(current) + 1:]
-            plan = plan.model_copy(update={"settings": smaller(first, current, cores=cores, user=request.settings)})
+            plan = tag(plan.model_copy(update={"settings": smaller(first, current, cores=cores,
+                                                                   user=request.settings)}), current)
             rendered = render_insert(plan, source.credentials(), target=steps.staging)
+            if self._memory_step is None:
+                self.log.info("Starting from step %r: the last load of this target and files at this memory cap "
+                              "needed it (learned from system.query_log)", current)
         while True:
             try:
                 self._insert(hook, queries, rendered, query_id, nodes, steps)
@@ -557,16 +586,39 @@ class S3ToClickHouseOperator(BaseOperator):
                     ) from exc
                 self.log.warning("The load hit its memory limit (%s): loading again in this task with a smaller "
                                  "plan, step %r: %s", why, name, shrink_step(name).reason)
-                plan = plan.model_copy(update={"settings": smaller_settings})
+                plan = tag(plan.model_copy(update={"settings": smaller_settings}), name)
                 rendered = render_insert(plan, source.credentials(), target=steps.staging)
                 for setting, value in changed(first, smaller_settings).items():
                     self.log.info("  %s = %s: %s", setting, value, smaller_settings.reasons.get(setting, ""))
                 current = name
                 continue
             if current != "plan":
-                attempts.append({"step": current, "settings": changed(first, plan.settings), "error": None})
+                attempts.append({"step": current, "settings": changed(first, plan.settings), "error": None,
+                                 **({"from_history": True} if current == learned_step and not attempts else {})})
                 self._memory_step = current
             return plan, rendered, attempts
+
+    def _history_key(self, hook: ClickHouseHook, request: LoadRequest, manifest: Manifest) -> str:
+        """The key of this target and these files in the tags of earlier loads (core/history.py)."""
+        table = request.table.model_copy(update={"database": request.table.database or hook.database})
+        return history_key(f"{table.database}.{table.name}", request.bucket, request.key_pattern,
+                           request.format or manifest.format)
+
+    def _tagged(self, plan: LoadPlan, manifest: Manifest, profile: ServerProfile, step: str) -> LoadPlan:
+        """``plan`` with its predicted peak memory for its settings now and, unless the user set one or
+        ``learn_from_history`` is off, the ``log_comment`` tag later loads learn from."""
+        estimate = peak_estimate(plan, manifest, profile)
+        plan = plan.model_copy(update={"predicted_peak_bytes": estimate.bytes,
+                                       "predicted_peak_reason": estimate.reason})
+        if not self.learn_from_history or "log_comment" in plan.settings.overrides:
+            return plan
+        facts = TagFacts(file_bytes=manifest.total_bytes, model_bytes=estimate.model_bytes,
+                         cap=int(plan.settings.values.get("max_memory_usage") or 0), step=step)
+        values = {**plan.settings.values, "log_comment": history_tag(self._key, facts)}
+        reasons = {**plan.settings.reasons, "log_comment": "tags the insert for later loads of this target and "
+                   "files to learn from (learn_from_history, docs/tuning.md)"}
+        return plan.model_copy(update={"settings": plan.settings.model_copy(update={"values": values,
+                                                                                    "reasons": reasons})})
 
     def on_kill(self) -> None:
         if self._running is not None:
@@ -587,7 +639,7 @@ class S3ToClickHouseOperator(BaseOperator):
         missing = None if spec is None else planned_table(
             target, spec, distributed=request.strategy == "distributed", cluster=request.cluster or hook.cluster)
         profile = hook.get_profile(request.table, cluster=request.cluster, missing=missing, workload=request.workload)
-        plan = make_plan(request, manifest, profile, source_url=url)
+        plan = make_plan(request, manifest, profile, source_url=url, learned=self._learned)
 
         def keeper() -> bool:  # read only when DDL is made (creating the table, adding columns)
             return profile.table.is_distributed and has_keeper(hook)
@@ -608,7 +660,7 @@ class S3ToClickHouseOperator(BaseOperator):
             else:
                 run_ddl(hook, made.statements, profile.nodes, self.log)
                 profile = hook.get_profile(request.table, cluster=request.cluster, workload=request.workload)
-                plan = make_plan(request, manifest, profile, source_url=url)
+                plan = make_plan(request, manifest, profile, source_url=url, learned=self._learned)
         columns = columns if columns is not None else table_columns(hook, profile.table)
         evolution = Evolution(policy=request.schema_change)
         skipped = evolution_skipped(plan.format, plan.structure) if request.schema_change == "add_columns" else None
@@ -767,6 +819,10 @@ class S3ToClickHouseOperator(BaseOperator):
         log.info("Memory budget: %d bytes (%s)", plan.budget_bytes, plan.budget_reason)
         for name, value in plan.settings.values.items():
             log.info("  %s = %s: %s", name, value, plan.settings.reasons.get(name, ""))
+        if plan.predicted_peak_bytes:
+            log.info("Predicted peak memory: %s (%s)", fmt_bytes(plan.predicted_peak_bytes), plan.predicted_peak_reason)
+        for change in (plan.history or {}).get("changes", []):
+            log.info("Learned from %d earlier load(s): %s", plan.history["loads"], change)
         for check in plan.checks:
             log.info("Check %s: %s: %s", check.name, check.status, check.message)
         for warning in [*plan.warnings, *steps.warnings]:

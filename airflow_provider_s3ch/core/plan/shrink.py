@@ -137,5 +137,6 @@ def smaller(first: InsertSettings, name: StepName, *, cores: int, user: Mapping[
 
 
 def changed(before: InsertSettings, after: InsertSettings) -> dict[str, SettingValue]:
-    """The settings ``after`` sets otherwise than ``before`` (the values ``after`` has)."""
-    return {k: v for k, v in after.values.items() if before.values.get(k) != v}
+    """The settings ``after`` sets otherwise than ``before`` (the values ``after`` has); not the ``log_comment``
+    tag, which names the step (core/history.py)."""
+    return {k: v for k, v in after.values.items() if before.values.get(k) != v and k != "log_comment"}
