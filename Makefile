@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test unit integration lint bench bench-large docs clean
+.PHONY: venv demo test unit integration lint bench bench-large bench-peers docs clean
 
 venv: $(STAMP)
 
@@ -45,9 +45,21 @@ $(DOCS_STAMP): $(STAMP)
 bench: venv
 	$(PY) -m bench.run
 
-## bench-large: the benchmark with the 100 000-object listing (moto's listing alone takes ~4 minutes)
+## bench-large: the benchmark, the 100 000-object listing (~4 min) and 3.3 GB of Parquet with merge pressure (~8 min, bench/large.py)
 bench-large: venv
 	$(PY) -m bench.run --large
 
+## bench-peers: the end-to-end section with dlt's ClickHouse destination as a third peer (dlt in its own
+## venv .venv-dlt, apart from the provider's dependencies; ~6 min, writes bench/results/end_to_end.json)
+DLT_VENV := .venv-dlt
+
+bench-peers: venv $(DLT_VENV)/.installed
+	S3CH_DLT_PYTHON=$(DLT_VENV)/bin/python $(PY) -m bench.run --only end_to_end --out bench/results
+
+$(DLT_VENV)/.installed:
+	$(PYTHON) -m venv $(DLT_VENV)
+	$(DLT_VENV)/bin/pip install --quiet --disable-pip-version-check "dlt[clickhouse,parquet,s3]" duckdb pandas
+	touch $(DLT_VENV)/.installed
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache site
+	rm -rf $(VENV) $(DLT_VENV) build *.egg-info .pytest_cache site

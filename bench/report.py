@@ -303,6 +303,18 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
     lines += chunk_lines(results.get("chunks") or [])
     lines += end_to_end_lines(results.get("end_to_end") or [])
     lines += latency_lines(results.get("latency") or {})
+    from bench.history_bench import lines as history_lines
+    from bench.memory_model import lines as memory_lines
+
+    lines += memory_lines(results)
+    lines += history_lines(results.get("history") or {})
+    from bench.guide_regime import lines as guide_lines
+
+    lines += guide_lines()  # pure: make_plan for the guide's nodes and dataset
+    if results.get("large"):  # make bench-large (bench/large.py)
+        from bench.large import lines as large_lines
+
+        lines += large_lines(results["large"])
     return "\n".join(lines)
 
 
@@ -344,7 +356,17 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     """Write the plots and REPORT.md into ``out``."""
     images = plots(results, out)
     path = out / "REPORT.md"
-    path.write_text(markdown(results, images))
+    text = markdown(results, images)
+    peers = out / "end_to_end.json"  # make bench-peers: the end-to-end section again, with dlt
+    if peers.exists():
+        from bench.end_to_end import lines as end_to_end_lines
+
+        run = json.loads(peers.read_text())
+        section = end_to_end_lines(run.get("end_to_end") or [])
+        if section:
+            section[0] = f"## End to end with dlt too (make bench-peers, started {run.get('started')})"
+            text += "\n" + "\n".join(section)
+    path.write_text(text)
     return path
 
 

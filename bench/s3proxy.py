@@ -119,7 +119,9 @@ class S3Proxy:
                 for k, v in resp.getheaders():
                     if k.lower() not in HOP and k.lower() != "content-length":
                         self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                # A HEAD's answer has no body: its Content-Length is the object's, as S3 gave it.
+                size = resp.getheader("Content-Length") if self.command == "HEAD" else None
+                self.send_header("Content-Length", size or str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self._paced(data)

@@ -1,0 +1,102 @@
+"""Predicted against measured peak memory for every load of the main datasets (the report's section).
+
+The prediction is the planner's (``airflow_provider_s3ch.core.plan.memory.predict_peak``), made after the run
+from what the plan knew (the dataset's manifest summary, the server's cores) and the settings each load ran
+with: variants (a)-(e), every grid point, every memory-cap load. The band is measured / predicted over the
+loads from S3; (e) reads local files with ``file()`` (no S3 client, no download buffers) and is shown apart.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from typing import Any
+
+MiB = 1024 * 1024
+
+
+def _manifest(summary: dict[str, Any]) -> Any:
+    return types.SimpleNamespace(
+        file_count=summary["files"], total_bytes=summary["bytes"], uncompressed_bytes=summary.get("uncompressed_bytes"),
+        max_row_group_bytes=summary.get("max_row_group_bytes"), footer_files=1, request_ms=summary.get("request_ms"),
+    )
+
+
+def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per load: dataset, load, threads, block, predicted, measured, ratio."""
+    from airflow_provider_s3ch.core.plan import predict_peak
+
+    out: list[dict[str, Any]] = []
+    summaries = {}
+    for d in results.get("datasets", []):
+        name = d["dataset"]["name"]
+        summary = d["plan"]["manifest"]
+        summaries[name] = summary
+        cores = int(d.get("profile", {}).get("cores") or 2)
+        man = _manifest(summary)
+
+        def add(load: str, settings: dict[str, Any], peak: int, ok: bool = True, *, _n: str = name,
+                _man: Any = man, _c: int = cores, _s: dict = summary) -> None:
+            if not ok or not peak:
+                return
+            e = predict_peak(settings, _man, cores=_c, fmt=_s["format"], compression=_s.get("compression"))
+            out.append({"dataset": _n, "load": load, "threads": settings.get("max_insert_threads"),
+                        "block": settings.get("min_insert_block_size_bytes"), "predicted": e.bytes, "measured": peak,
+                        "ratio": round(peak / e.bytes, 3), "s3": not load.startswith("(e)")})
+
+        labels = {"a": "(a) defaults", "b": "(b) guide formula", "c": "(c) operator", "d": "(d) best of grid",
+                  "e": "(e) file()"}
+        for v, runs in d["runs"].items():
+            for i, r in enumerate(runs, start=1):
+                add(f"{labels.get(v, v)} #{i}", r.get("settings") or {}, r.get("peak_memory") or 0, r.get("ok", True))
+        base = dict(d["runs"]["c"][0].get("settings") or {}) if d["runs"].get("c") else {}
+        for g in d.get("grid", []):
+            add(f"grid {g['threads']} x {g['block_bytes'] // MiB} MiB",
+                {**base, "max_insert_threads": g["threads"], "min_insert_block_size_bytes": g["block_bytes"]},
+                g.get("peak_memory") or 0, g.get("ok", True))
+    for c in results.get("memory_caps", []):
+        name = c["dataset"] if isinstance(c["dataset"], str) else c["dataset"]["name"]
+        if name in summaries:
+            s = summaries[name]
+            e = predict_peak(c.get("settings") or {}, _manifest(s), cores=2, fmt=s["format"],
+                             compression=s.get("compression"))
+            if c.get("ok") and c.get("peak_memory"):
+                out.append({"dataset": name, "load": f"cap {c['cap']}", "threads": (c.get("settings") or {}).get(
+                    "max_insert_threads"), "block": (c.get("settings") or {}).get("min_insert_block_size_bytes"),
+                    "predicted": e.bytes, "measured": c["peak_memory"], "ratio": round(c["peak_memory"] / e.bytes, 3),
+                    "s3": True})
+    return out
+
+
+def band(table: list[dict[str, Any]]) -> dict[str, Any]:
+    s3 = [r["ratio"] for r in table if r["s3"]]
+    other = [r["ratio"] for r in table if not r["s3"]]
+    if not s3:
+        return {}
+    geo = math.exp(sum(abs(math.log(x)) for x in s3) / len(s3))
+    return {"loads": len(s3), "min": min(s3), "max": max(s3), "mean_abs_error": round(geo - 1, 3),
+            "file_loads": len(other), "file_min": min(other) if other else None, "file_max": max(other) if other else None}
+
+
+def lines(results: dict[str, Any]) -> list[str]:
+    from airflow_provider_s3ch.core.plan import PEAK_BAND
+
+    table = rows(results)
+    if not table:
+        return []
+    b = band(table)
+    inside = sum(1 for r in table if r["s3"] and PEAK_BAND[0] <= r["ratio"] <= PEAK_BAND[1])
+    out = ["## Peak memory: predicted against measured", "",
+           "The planner's prediction (docs/tuning.md, 'Predicted peak memory') for the settings each load ran with, "
+           "beside the peak `system.query_log` measured (bench/memory_model.py). Ratio = measured / predicted.", "",
+           f"Over the {b['loads']} loads from S3: **{b['min']:.2f} to {b['max']:.2f}**, {inside} of {b['loads']} within "
+           f"the stated band {PEAK_BAND[0]}-{PEAK_BAND[1]}; mean error {b['mean_abs_error'] * 100:.0f} %. "
+           + (f"The {b['file_loads']} `file()` loads (no S3 reader): {b['file_min']:.2f} to {b['file_max']:.2f}."
+              if b["file_loads"] else ""), "",
+           "| dataset | load | threads | block MiB | predicted MiB | measured MiB | ratio |",
+           "|---|---|---:|---:|---:|---:|---:|"]
+    for r in table:
+        block = f"{r['block'] / MiB:,.0f}" if r["block"] else "default"
+        out.append(f"| {r['dataset']} | {r['load']} | {r['threads'] or 'default'} | {block} | "
+                   f"{r['predicted'] / MiB:,.0f} | {r['measured'] / MiB:,.0f} | {r['ratio']:.2f} |")
+    return [*out, ""]
