@@ -318,8 +318,8 @@ class Manifest(BaseModel):
     uncompressed_bytes: int | None = None
     max_row_group_bytes: int | None = None
     footer_files: int = 0
-    #: The quickest footer read's round trip in ms (None when no footer was read): one S3 request's latency
-    #: as the worker sees it, which the plan takes as the server's (same region, same endpoint).
+    #: The quickest S3 request's round trip in ms (GetBucketLocation, the footer reads; None when none was
+    #: timed): S3's request latency as the worker sees it, which the plan takes as the server's.
     request_ms: float | None = None
 
     @property

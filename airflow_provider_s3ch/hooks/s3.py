@@ -170,7 +170,9 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
     """
     with provider_errors():
         listing = policy.listing_for(request)
+        started = time.monotonic()
         region, calls = _region_or_none(client, request.bucket)
+        region_ms = round((time.monotonic() - started) * 1000, 1)
         _fill(client, request.bucket, listing)
         policy.check_listing(request, listing)
         manifest = policy.make_manifest(request, listing, region=region, calls=calls)
@@ -178,7 +180,9 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
             manifest = policy.with_footers(
                 manifest, parquet_footer_stats(client, request.bucket, manifest.objects, sample=footer_sample)
             )
-        return manifest
+        # S3's request latency as this worker sees it: the quickest of the location call and the footer reads
+        # (a footer read of a large object may also wait on the server reading it).
+        return manifest.model_copy(update={"request_ms": min(region_ms, manifest.request_ms or region_ms)})
 
 
 def _scan(client: BaseClient, bucket: str, pattern: str) -> policy.Listing:

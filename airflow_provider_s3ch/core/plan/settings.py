@@ -63,9 +63,9 @@ LARGE_DOWNLOAD_BUFFER_BYTES = 52_428_800
 #: are better read in parallel ranges with ClickHouse's default 10 MiB buffer.
 SMALL_FILE_BYTES = 100 * MiB
 
-#: From this S3 request latency (ms, the quickest footer read) on, a Parquet load reads with
-#: :data:`LATENT_READING_THREADS` streams: each stream waits on S3 most of the time. Through a proxy adding
-#: 30 ms per request (80 MB/s per connection), 8 reading threads took the insert of 20 Parquet files from
+#: From this S3 request latency (ms: the quickest of the listing's GetBucketLocation and footer reads) on, a
+#: Parquet load reads with :data:`LATENT_READING_THREADS` streams: each stream waits on S3 most of the time.
+#: Through a proxy adding 30 ms per request (80 MB/s per connection), 8 reading threads took the insert of 20 Parquet files from
 #: 0.80 to 0.60-0.67 of ClickHouse's defaults; straight from a loopback S3 (1-5 ms) they were a small
 #: loss, and on gzip'd CSV no gain either way (docs/benchmarks.md).
 LATENT_REQUEST_MS = 15.0
@@ -246,7 +246,7 @@ def plan_settings(
             "max_threads",
             readers,
             f"{readers} reading streams, not {cores} (the cores): an S3 request took {manifest.request_ms:g} ms "
-            f"(the quickest footer read, >= {LATENT_REQUEST_MS:g} ms), so each stream waits on S3 most of the time "
+            f"(the quickest S3 call of the listing, >= {LATENT_REQUEST_MS:g} ms), so each stream waits on S3 most of the time "
             f"and more streams over {manifest.file_count} Parquet files hide the latency (docs/benchmarks.md)",
         )
 
