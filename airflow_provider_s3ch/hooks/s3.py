@@ -173,16 +173,19 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
         started = time.monotonic()
         region, calls = _region_or_none(client, request.bucket)
         region_ms = round((time.monotonic() - started) * 1000, 1)
+        started = time.monotonic()
         _fill(client, request.bucket, listing)
+        fill_ms = (time.monotonic() - started) * 1000 / max(1, listing.calls)
         policy.check_listing(request, listing)
         manifest = policy.make_manifest(request, listing, region=region, calls=calls)
         if footer_sample and listing.member is None and policy.wants_footers(manifest.format, manifest.compression):
             manifest = policy.with_footers(
                 manifest, parquet_footer_stats(client, request.bucket, manifest.objects, sample=footer_sample)
             )
-        # S3's request latency as this worker sees it: the quickest of the location call and the footer reads
-        # (a footer read of a large object may also wait on the server reading it).
-        return manifest.model_copy(update={"request_ms": min(region_ms, manifest.request_ms or region_ms)})
+        # S3's request latency as this worker sees it: the quickest of the location call, the listing's calls (on
+        # average) and the footer reads (a footer read of a large object may also wait on the server reading it).
+        quickest = min(region_ms, round(fill_ms, 1), manifest.request_ms or region_ms)
+        return manifest.model_copy(update={"request_ms": quickest})
 
 
 def _scan(client: BaseClient, bucket: str, pattern: str) -> policy.Listing:
