@@ -80,7 +80,8 @@ ti = types.SimpleNamespace(dag_id="bench", task_id="load", run_id="bench-" + uui
                            try_number=1)
 started = time.monotonic()
 result = op.execute({"ti": ti})
-print(json.dumps({"task_s": time.monotonic() - started, "query_id": result["query_id"]}))
+print(json.dumps({"task_s": time.monotonic() - started, "query_id": result["query_id"],
+                  "predicted": result.get("predicted_memory_usage")}))
 """
 
 WORKER = """
@@ -211,7 +212,7 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
     :param path: the label of that endpoint in the results (``direct``, ``proxy``).
     """
     from airflow_provider_s3ch.local.sample import posts_ddl
-    from bench.measure import flush_and_fetch, new_table
+    from bench.measure import new_table
 
     client = stack.clickhouse_client(send_receive_timeout=3600)
     endpoint = s3_url or stack.s3_endpoint
@@ -225,6 +226,7 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
     out = []
     for ds in datasets:
         fmt = "Parquet" if ds.spec.fmt == "parquet" else "CSVWithNames"
+        manifest = _manifest_summary(stack, ds)
         url = f"{endpoint}/{ds.bucket}/{ds.prefix}*.{ds.extension}"
         variants = ["hand", "operator", "worker"] + (["dlt"] if DLT_PYTHON else [])
         runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
@@ -242,10 +244,10 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
                                f"'{stack.s3_secret_key}', '{fmt}')")
                         r = _fresh(HAND, {"host": "127.0.0.1", "port": stack.nodes[0].tcp_port, "user": "default",
                                           "password": "", "sql": sql}, env)
-                        insert = {"query_duration_ms": flush_and_fetch(client, r["query_id"]).get("query_duration_ms", 0)}
+                        insert = _entry(client, r["query_id"])
                     elif variant == "operator":
                         r = _fresh(OPERATOR, {"s3_uri": ds.s3_uri, "table": f"{database}.{table}"}, env)
-                        insert = {"query_duration_ms": flush_and_fetch(client, r["query_id"]).get("query_duration_ms", 0)}
+                        insert = _entry(client, r["query_id"])
                     elif variant == "worker":
                         r = _fresh(WORKER, {**ch, "endpoint": endpoint, "region": stack.region,
                                             "key": stack.s3_access_key, "secret": stack.s3_secret_key,
@@ -274,11 +276,15 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
                        "around_s": round(r["task_s"] - insert_s, 3), "rows": int(rows)}
                 if "inserts" in insert:
                     run["inserts"] = insert["inserts"]
+                if insert.get("memory_usage"):  # the s3() inserts' peak, and the operator's own prediction of it
+                    run["peak"] = int(insert["memory_usage"])
+                    run["predicted"] = r.get("predicted")
                 runs[variant].append(run)
         runs = {v: rs for v, rs in runs.items() if rs}
         med = {v: {k: round(statistics.median(x[k] for x in rs), 3) for k in ("task_s", "insert_s", "around_s")}
                for v, rs in runs.items()}
         row = {"dataset": ds.spec.name, "path": path, "files": len(ds.keys), "bytes": ds.bytes, "runs": runs, "median": med,
+               "manifest": manifest,
                "rows_equal": len({x["rows"] for rs in runs.values() for x in rs}) == 1,
                "speedup_end_to_end": round(med["hand"]["task_s"] / med["operator"]["task_s"], 2),
                "speedup_insert": round(med["hand"]["insert_s"] / med["operator"]["insert_s"], 2),
@@ -291,6 +297,22 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
             f"{med['operator']['around_s']} s): {row['speedup_end_to_end']}x end to end, "
             f"{row['speedup_insert']}x the insert{peers}; rows equal: {row['rows_equal']}")
     return out
+
+
+def _entry(client: Any, query_id: str) -> dict[str, Any]:
+    """An s3() insert's duration and peak memory from system.query_log."""
+    from bench.measure import flush_and_fetch
+
+    entry = flush_and_fetch(client, query_id)
+    return {"query_duration_ms": entry.get("query_duration_ms", 0), "memory_usage": entry.get("memory_usage", 0)}
+
+
+def _manifest_summary(stack: Any, ds: Dataset) -> dict[str, Any]:
+    """The dataset's manifest as the plan sees it (sizes, footers): what the memory prediction needs."""
+    from airflow_provider_s3ch.core.models import LoadRequest
+    from airflow_provider_s3ch.hooks.s3 import build_manifest
+
+    return build_manifest(stack.s3_client(), LoadRequest(s3_uri=ds.s3_uri, table="bench.probe")).summary()
 
 
 def _peer_cells(r: dict[str, Any], peer: str) -> str:

@@ -62,6 +62,8 @@ def bench_latency(stack: Any, datasets: list[Dataset], planned: dict[str, Any], 
                             client.execute(f"DROP TABLE IF EXISTS `{database}`.`{table}` SYNC")
                         if r["ok"]:
                             runs.setdefault((path, name), []).append(r)
+            loads = [{"path": path, "variant": name, "settings": x.get("settings") or {}, "peak": x["peak_memory"]}
+                     for (path, name), v in runs.items() for x in v]
             med = {f"{path}|{name}": round(statistics.median(x["duration_s"] for x in v), 3)
                    for (path, name), v in runs.items()}
             peaks = {f"{path}|{name}": max(x["peak_memory"] for x in v) for (path, name), v in runs.items()}
@@ -69,6 +71,7 @@ def bench_latency(stack: Any, datasets: list[Dataset], planned: dict[str, Any], 
             best = {path: min((n for n in names if n.startswith("grid") and f"{path}|{n}" in med),
                               key=lambda n, p=path: med[f"{p}|{n}"], default=None) for path in paths}
             row = {"dataset": ds.spec.name, "files": len(ds.keys), "bytes": ds.bytes, "median_s": med, "peaks": peaks,
+                   "manifest": direct_plan.manifest.summary(), "loads": loads,
                    "plan_settings": {p: {k: v for k, v in s.items() if k in ("max_insert_threads", "max_threads")}
                                      for p, (_, s) in paths.items()},
                    "best": best,

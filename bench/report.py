@@ -306,7 +306,8 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
     from bench.history_bench import lines as history_lines
     from bench.memory_model import lines as memory_lines
 
-    lines += memory_lines(results)
+    # The memory section also covers the loads of the sections run alone after the full run (SECTION.json).
+    lines += memory_lines({**results, **(results.get("later_runs") or {})})
     lines += history_lines(results.get("history") or {})
     from bench.guide_regime import lines as guide_lines
 
@@ -356,7 +357,11 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     """Write the plots and REPORT.md into ``out``."""
     images = plots(results, out)
     path = out / "REPORT.md"
-    text = markdown(results, images)
+    later = {}
+    for section in ("latency", "end_to_end"):  # `--only SECTION` runs (make bench-peers): their loads' peaks
+        if (out / f"{section}.json").exists():
+            later[section] = json.loads((out / f"{section}.json").read_text()).get(section)
+    text = markdown({**results, "later_runs": {k: v for k, v in later.items() if v}}, images)
     peers = out / "end_to_end.json"  # make bench-peers: the end-to-end section again, with dlt
     if peers.exists():
         from bench.end_to_end import lines as end_to_end_lines
