@@ -32,11 +32,18 @@ def test_quick_bench_reports_every_variant_and_ratio(tmp_path: Path) -> None:
     latency = results["latency"]
     assert latency["proxy_requests"] > 0 and latency["proxy_bytes"] > 0  # the inserts read through the proxy
     (shaped,) = latency["datasets"]
-    assert len(shaped["median_s"]) == 8 and len(shaped["proxy_over_direct"]) == 4, shaped  # every variant loaded
+    # defaults, the plan and 6 grid points (insert threads 1, 2, 4 x reading streams 2, 8) on each path
+    assert len(shaped["median_s"]) == 16 and len(shaped["proxy_over_direct"]) == 8, shaped  # every variant loaded
+    assert set(shaped["plan_vs_best"]) == {"direct", "proxy"} and len(shaped["loads"]) == 16
     e2e, e2e_proxy = results["end_to_end"]
     assert e2e_proxy["path"] == "proxy" and e2e_proxy["rows_equal"]
     assert e2e["rows_equal"] and e2e["speedup_end_to_end"] > 0 and e2e["median"]["operator"]["around_s"] > 0
+    assert all(r["peak"] > 0 and r["predicted"] > 0 for r in e2e["runs"]["operator"])  # the XCom's prediction
+    assert e2e["median"]["worker"]["task_s"] > 0  # the worker-side peer ran, rows equal above
+    history = results["history"]
+    assert [r["history"] is None for r in history["uncapped"]["runs"]] == [True, False]  # the second run learned
     report = (tmp_path / "REPORT.md").read_text()
     assert "(c)/(a)" in report and "moto" in report and "## Chunks" in report and "## End to end" in report
-    assert "## Through a proxy that models S3" in report
+    assert "## Through a proxy that models S3" in report and "## Peak memory: predicted against measured" in report
+    assert "## Learning from past loads" in report and "## The guide's regime on paper" in report
     assert list(tmp_path.glob("*.png"))
