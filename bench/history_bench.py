@@ -143,8 +143,14 @@ def lines(result: dict[str, Any]) -> list[str]:
                        f"{_mib(r['peak'])} | {r['ratio']} |")
         if len(capped["runs"]) == 2 and best:
             first, second = capped["runs"]
-            def said(run: dict[str, Any]) -> str:
-                return "the grid's best" if run["first_step"] == best["step"] else f"not the grid's best ({best['step']})"
+            def said(run: dict[str, Any]) -> str:  # the first step's own grid point against the best
+                if run["first_step"] == best["step"]:
+                    return "the grid's best"
+                point = next((g for g in capped["grid"] if g["step"] == run["first_step"]), None)
+                if point is None or not point["ok"]:
+                    return f"it does not fit under the cap (the grid's best: {best['step']})"
+                return (f"{point['duration_s'] / best['duration_s']:.2f}x the grid's best insert "
+                        f"({best['step']}, {best['duration_s']} s)")
 
             out += ["", f"The first run's first plan is {first['first_step']!r}: {said(first)}; the second run's is "
                     f"{second['first_step']!r}: {said(second)}. Task time {first['task_s']} s → {second['task_s']} s "

@@ -122,4 +122,16 @@ def lines(result: dict[str, Any]) -> list[str]:
                 shown = ", ".join(f"{k} {v}" for k, v in threads.items()) or "defaults"
                 out.append(f"| {r['dataset']} | {path} | {shown} | {r['vs_defaults'].get(path + '|plan')} | {ratio} | "
                            f"{'yes' if ratio <= 1.1 else '**no**'} |")
+        misses = [(r, path) for r in result["datasets"] for path, ratio in r.get("plan_vs_best", {}).items()
+                  if ratio > 1.1]
+        if misses:
+            out.append("")
+        for r, path in misses:  # the report says where the plan is not within 10 % of the best, and what it is
+            best = r["best"][path]
+            runs = sum(1 for x in r.get("loads", []) if x["path"] == path and x["variant"] == best)
+            out.append(f"- Not within 10 %: {r['dataset']} {path}: the grid's best there, {best}, took "
+                       f"{r['median_s'].get(f'{path}|{best}')} s against the plan's {r['median_s'].get(f'{path}|plan')}"
+                       " s, "
+                       f"{'one run' if runs == 1 else f'{runs} runs'} of each; why the planner keeps its threads: "
+                       "docs/benchmarks.md, 'Through a proxy that models S3'.")
     return [*out, ""]

@@ -88,7 +88,9 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                     {}, man, cores=cores, fmt=m["format"], compression=m.get("compression")).bytes
                 if predicted:
                     out.append({"dataset": r["dataset"], "load": f"end to end {r['path']}: {variant} #{i}",
-                                "threads": None, "block": None, "predicted": predicted, "measured": run["peak"],
+                                "threads": "plan" if variant == "operator" else None,
+                                "block": "plan" if variant == "operator" else None, "predicted": predicted,
+                                "measured": run["peak"],
                                 "ratio": round(run["peak"] / predicted, 3), "s3": True})
     return out
 
@@ -125,7 +127,7 @@ def lines(results: dict[str, Any]) -> list[str]:
            "| dataset | load | threads | block MiB | predicted MiB | measured MiB | ratio |",
            "|---|---|---:|---:|---:|---:|---:|"]
     for r in table:
-        block = f"{r['block'] / MiB:,.0f}" if r["block"] else "default"
+        block = (r["block"] if isinstance(r["block"], str) else f"{r['block'] / MiB:,.0f}") if r["block"] else "default"
         out.append(f"| {r['dataset']} | {r['load']} | {r['threads'] or 'default'} | {block} | "
                    f"{r['predicted'] / MiB:,.0f} | {r['measured'] / MiB:,.0f} | {r['ratio']:.2f} |")
     return [*out, ""]
