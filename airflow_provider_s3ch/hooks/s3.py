@@ -13,7 +13,6 @@ What a listing means (which keys are in, one format) is decided in
 
 from __future__ import annotations
 
-import io
 import logging
 import time
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
 from airflow_provider_s3ch.core import manifest as policy
+from airflow_provider_s3ch.core import parquet_footer
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Credentials, S3Object
 from airflow_provider_s3ch.errors import BucketError, S3chError, S3UnavailableError, provider_errors
 from airflow_provider_s3ch.hooks.quiet import quiet_loggers
@@ -228,18 +228,15 @@ def parquet_footer_stats(
     """Read the footers of the ``sample`` largest Parquet files: uncompressed sizes, cheaply.
 
     One ranged GET of the last :data:`policy.FOOTER_PROBE_BYTES` per file (a second one when the
-    footer is bigger). Needs ``pyarrow`` to parse the footer; without it, or when a read
-    fails, the planner falls back to its expansion factors.
+    footer is bigger), parsed by :mod:`airflow_provider_s3ch.core.parquet_footer` (no Parquet
+    library to import). When a read or a footer fails, the planner falls back to its expansion
+    factors for that file.
 
     :param client: a boto3 S3 client.
     :param bucket: the bucket.
     :param objects: the manifest's objects.
     :param sample: how many files to read.
     """
-    try:
-        import pyarrow.parquet as pq
-    except ImportError:
-        return policy.FooterStats()
     def read(obj: S3Object) -> tuple[int, float, list[int] | None]:
         """(GETs, the first GET's ms, the row groups' uncompressed sizes or None when skipped)."""
         calls = 0
@@ -248,21 +245,22 @@ def parquet_footer_stats(
             tail, n = _tail(client, bucket, obj, min(obj.size, policy.FOOTER_PROBE_BYTES))
             took = (time.monotonic() - started) * 1000 / n
             calls += n
-            if len(tail) < 8 or tail[-4:] != b"PAR1":
-                log.info("Parquet footer of %s skipped: the file does not end with PAR1", obj.key)
+            try:
+                footer_len = parquet_footer.metadata_length(tail)
+            except parquet_footer.FooterError as exc:
+                log.info("Parquet footer of %s skipped: %s", obj.key, exc)
                 return calls, took, None
-            footer_len = int.from_bytes(tail[-8:-4], "little")
             if footer_len + 8 > len(tail):
                 if footer_len + 8 > min(obj.size, policy.MAX_FOOTER_BYTES):
                     log.info("Parquet footer of %s skipped: it claims %d bytes", obj.key, footer_len)
                     return calls, took, None
                 tail, n = _tail(client, bucket, obj, footer_len + 8)
                 calls += n
-            meta = pq.read_metadata(_TailFile(tail, obj.size))
+            groups = parquet_footer.row_group_sizes(tail)
         except Exception as exc:  # noqa: BLE001 - footers are an optimisation: any failure falls back
             log.info("Parquet footer of %s skipped (the plan falls back to size estimates): %s", obj.key, exc)
             return calls, float("inf"), None
-        return calls, took, [meta.row_group(i).total_byte_size for i in range(meta.num_row_groups)]
+        return calls, took, groups
 
     chosen = policy.footer_sample(objects, sample)
     # The footers at once: each is one or two small GETs, and over real S3 each GET waits tens of ms.
@@ -299,38 +297,6 @@ def _tail(client: BaseClient, bucket: str, obj: S3Object, n: int) -> tuple[bytes
     if answer.get("ContentRange", expected) != expected or len(body) != n:
         raise ValueError(f"the server answered bytes={first}-{last} with {answer.get('ContentRange')!r}")
     return body, 2
-
-
-class _TailFile(io.RawIOBase):
-    """A read-only file of ``size`` bytes of which only the tail is known (zeros before it)."""
-
-    def __init__(self, tail: bytes, size: int) -> None:
-        self._tail, self._size, self._pos = tail, size, 0
-        self._start = size - len(tail)
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        n = min(len(buffer), max(0, self._size - self._pos))
-        out = bytearray(n)
-        lo, hi = max(self._pos, self._start), self._pos + n
-        if hi > lo:
-            out[lo - self._pos : hi - self._pos] = self._tail[lo - self._start : hi - self._start]
-        buffer[:n] = out
-        self._pos += n
-        return n
 
 
 def _region_or_none(client: BaseClient, bucket: str) -> tuple[str | None, int]:
