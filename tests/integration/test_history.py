@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from airflow_provider_s3ch.core.history import TAG_PREFIX, parse_tag
+from airflow_provider_s3ch.core.plan.memory import PEAK_BAND
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import SampleDataset, write_posts
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
@@ -92,10 +93,12 @@ def test_a_second_load_learns_the_expansion_and_predicts_its_peak_closer(
     assert "learned from earlier loads" in second["settings_reasons"]["min_insert_block_size_bytes"]
     # The first prediction is the model's; the second is scaled by the first's measured / predicted.
     assert learned["memory_scale"] == pytest.approx(first["memory_vs_predicted"], abs=0.01)
-    # The peak itself moves between runs (how far the reading gets ahead of the writing): the second prediction is
-    # nearer its measure than the first, or within 30 % of it.
+    # The peak itself moves between runs (how far the reading gets ahead of the writing: here ~640 or ~710 MiB),
+    # and the learned expansion lowers the model's own term for the second: the second prediction is nearer its
+    # measure than the first, or inside the model's stated band.
     first_off, second_off = abs(first["memory_vs_predicted"] - 1), abs(second["memory_vs_predicted"] - 1)
-    assert second_off < first_off or second_off <= 0.3, (first["memory_vs_predicted"], second["memory_vs_predicted"])
+    assert second_off < first_off or PEAK_BAND[0] <= second["memory_vs_predicted"] <= PEAK_BAND[1], (
+        first["memory_vs_predicted"], second["memory_vs_predicted"])
     print(f"\nmeasured / predicted peak: first {first['memory_vs_predicted']}, second {second['memory_vs_predicted']}; "
           f"expansion {learned['expansion']} (the plan's fixed factor 4)")
 
