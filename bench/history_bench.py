@@ -27,8 +27,8 @@ MiB = 1024 * 1024
 
 def _operator_run(stack: Any, client: Any, ds: Dataset, table: str, database: str, cap: str | None) -> dict[str, Any]:
     from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
+    from bench.common import fake_context
     from bench.measure import flush_and_fetch
-    from bench.run import fake_context
 
     op = S3ToClickHouseOperator(task_id="load", s3_uri=ds.s3_uri, table=f"{database}.{table}", memory_cap=cap)
     started = time.monotonic()
@@ -63,8 +63,8 @@ def bench_history(stack: Any, capped: Dataset | None, uncapped: Dataset | None, 
     """The two cases (either may be None: skipped)."""
     from airflow_provider_s3ch.core.plan.shrink import STEPS, smaller
     from airflow_provider_s3ch.local.sample import posts_ddl
+    from bench.common import Planned
     from bench.measure import new_table, run_sql_insert
-    from bench.run import Planned
 
     client = stack.clickhouse_client(send_receive_timeout=3600)
     out: dict[str, Any] = {"cap": cap}

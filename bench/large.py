@@ -243,8 +243,8 @@ def _parts(client: Any, database: str, table: str) -> dict[str, int]:
 def bench_large(stack: Any, quick: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
     """Write the large dataset, load it with (a) the defaults and (c) the operator, once each."""
     from airflow_provider_s3ch.local.sample import posts_ddl
+    from bench.common import BUCKET, DATABASE, Planned, run_operator
     from bench.measure import new_table, run_sql_insert, wait_ready
-    from bench.run import BUCKET, DATABASE, Planned, run_operator
 
     spec = large_spec(quick)
     began = time.monotonic()

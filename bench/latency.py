@@ -36,8 +36,8 @@ def bench_latency(stack: Any, datasets: list[Dataset], planned: dict[str, Any], 
         the plan through the proxy is made here, reading S3 through it.
     """
     from airflow_provider_s3ch.local.sample import posts_ddl
+    from bench.common import planned_for
     from bench.measure import new_table, run_sql_insert
-    from bench.run import planned_for
 
     client = stack.clickhouse_client(send_receive_timeout=3600)
     cores = int(client.execute("SELECT getSetting('max_threads')")[0][0] or 2)

@@ -25,51 +25,25 @@ import statistics
 import sys
 import tempfile
 import time
-import types
 import uuid
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 # The operator logs each setting with its reason on every run: keep the bench's output short.
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
+from bench.common import BUCKET, DATABASE, Config, Planned, fake_context, planned_for, run_operator
 from bench.datasets import Dataset, DatasetSpec, RowPool, node_files_dir, write_dataset
 from bench.end_to_end import bench_end_to_end
 from bench.latency import bench_latency
-from bench.measure import flush_and_fetch, new_table, run_sql_insert, summarize, wait_ready
+from bench.measure import new_table, run_sql_insert, wait_ready
 
-BUCKET = "s3ch-bench"
 LIST_BUCKET = "s3ch-bench-list"
-DATABASE = "bench"
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
-
-@dataclass
-class Config:
-    """What one run of the benchmark does."""
-
-    mode: str
-    pool_rows_per_month: int
-    datasets: list[DatasetSpec]
-    repeats: int
-    grid_threads: list[int]
-    grid_blocks: list[int]
-    caps: list[str]
-    overhead_counts: list[int]
-    ready_timeout_s: float
-    plan_timing_loops: int = 200
-    #: The dataset the chunking figures load (one load vs 10 and 40 chunks), and how often.
-    chunk_dataset: str = "parquet_many_small"
-    chunk_repeats: int = 2
-    #: End to end, each load a fresh process (bench/end_to_end.py): ~100 MB as 20 Parquet / 10 gzip'd CSV files.
-    e2e_datasets: list[DatasetSpec] = field(default_factory=list)
-    e2e_repeats: int = 3
-    #: Rounds of the latency section (bench/latency.py), on the end-to-end datasets.
-    latency_repeats: int = 2
-    #: The memory cap of the history section's capped case (bench/history_bench.py).
-    history_cap: str = "1GiB"
+# BUCKET, DATABASE, Config, Planned, planned_for, run_operator, fake_context: bench/common.py, which the
+# sections (latency, large, history_bench) import too; nothing in bench/ imports this module.
 
 
 def full_config() -> Config:
@@ -132,12 +106,6 @@ def quick_config() -> Config:
 
 def log(msg: str) -> None:
     print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def fake_context(run_id: str) -> dict[str, Any]:
-    """The part of an Airflow context the operator reads."""
-    ti = types.SimpleNamespace(dag_id="bench", task_id="load", run_id=run_id, map_index=-1, try_number=1)
-    return {"ti": ti}
 
 
 def describe_machine(client: Any) -> dict[str, Any]:
@@ -214,80 +182,7 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-# ----------------------------------------------------------------------------------- the plan
-
-
-class Planned:
-    """The operator's plan for one dataset, built the way the operator builds it."""
-
-    def __init__(self, stack: Any, ds: Dataset, probe_table: str, memory_cap: str | None = None,
-                 endpoint: str | None = None) -> None:
-        from airflow_provider_s3ch.core.glob import object_url
-        from airflow_provider_s3ch.core.models import LoadRequest, S3Credentials
-        from airflow_provider_s3ch.core.plan import make_plan
-        from airflow_provider_s3ch.core.sql import render_source
-        from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-        from airflow_provider_s3ch.hooks.s3 import build_manifest
-
-        self.request = LoadRequest(s3_uri=ds.s3_uri, table=f"{DATABASE}.{probe_table}", memory_cap=memory_cap)
-        s3 = stack.s3_client()
-        if endpoint is not None:  # e.g. the S3-like proxy's: the plan sees the latency ClickHouse will
-            import boto3
-
-            s3 = boto3.client("s3", endpoint_url=endpoint, aws_access_key_id=stack.s3_access_key,
-                              aws_secret_access_key=stack.s3_secret_key, region_name=stack.region)
-        self.manifest = build_manifest(s3, self.request)
-        hook = ClickHouseHook()
-        self.profile = hook.get_profile(self.request.table)
-        url = object_url(ds.bucket, self.request.key_pattern, endpoint_url=endpoint or stack.s3_endpoint,
-                         region=self.manifest.region)
-        self.plan = make_plan(self.request, self.manifest, self.profile, source_url=url)
-        self.credentials = S3Credentials(access_key_id=stack.s3_access_key, secret_access_key=stack.s3_secret_key)
-        self.source = render_source(self.plan, self.credentials)
-        self.settings = dict(self.plan.settings.values)
-
-    def file_source(self, ds: Dataset) -> str:
-        from airflow_provider_s3ch.core.sql import quote_literal
-
-        return f"file({quote_literal(ds.local_glob)}, {quote_literal(self.plan.format)})"
-
-    def guide_settings(self) -> dict[str, Any]:
-        """The guide's formula as written: half the cores, budget / (3 x threads), rows threshold off."""
-        threads = max(1, self.profile.cores // 2)
-        return {
-            "max_insert_threads": threads,
-            "min_insert_block_size_bytes": self.plan.budget_bytes // (3 * threads),
-            "min_insert_block_size_rows": 0,
-        }
-
-
-def run_operator(stack: Any, client: Any, ds: Dataset, table: str, cfg: Config, memory_cap: str | None = None,
-                 ready: bool = True) -> dict[str, Any]:
-    """Variant (c): ``S3ToClickHouseOperator(...).execute(context)``; its figures from query_log."""
-    from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-
-    op = S3ToClickHouseOperator(
-        task_id="load", s3_uri=ds.s3_uri, table=f"{DATABASE}.{table}", memory_cap=memory_cap
-    )
-    context = fake_context(f"bench-{uuid.uuid4().hex[:10]}")
-    query_id = str(op.query_id(context))
-    error, result = None, {}
-    started = time.monotonic()
-    try:
-        result = op.execute(context)
-    except Exception as exc:  # noqa: BLE001 - a failed load is a result
-        error = f"{type(exc).__name__}: {str(exc).split('Stack trace:')[0].strip()[:400]}"
-    task_wall = time.monotonic() - started
-    entry = flush_and_fetch(client, query_id)
-    out = summarize(entry, query_id, result.get("settings") or entry.get("Settings", {}), error, None)
-    out["task_wall_s"] = round(task_wall, 3)
-    out["operator_wall_ms"] = result.get("wall_ms")
-    out["operator_overhead_s"] = round(result["wall_ms"] / 1000 - result["duration_ms"] / 1000, 3) if result else None
-    out["settings"] = result.get("settings", {})
-    out["settings_reasons"] = result.get("settings_reasons", {})
-    if ready and out["ok"]:
-        out.update(wait_ready(client, DATABASE, table, cfg.ready_timeout_s))
-    return out
+# ----------------------------------------------------------------------------------- end to end
 
 
 def end_to_end_both(stack: Any, datasets: list[Dataset], cfg: Config) -> list[dict[str, Any]]:
@@ -300,19 +195,6 @@ def end_to_end_both(stack: Any, datasets: list[Dataset], cfg: Config) -> list[di
         out += bench_end_to_end(stack, datasets, repeats=cfg.e2e_repeats, database=DATABASE, log=log,
                                 s3_url=proxy.url, path="proxy")
     return out
-
-
-def planned_for(stack: Any, ds: Dataset, endpoint: str | None = None) -> Planned:
-    """The operator's plan for ``ds``, against a probe table of the posts' shape (dropped after), reading S3
-    at ``endpoint`` (default: the stack's S3 server)."""
-    from airflow_provider_s3ch.local.sample import posts_ddl
-
-    client = stack.clickhouse_client()
-    probe = new_table(client, DATABASE, posts_ddl, f"{ds.spec.name}_probe")
-    try:
-        return Planned(stack, ds, probe, endpoint=endpoint)
-    finally:
-        client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{probe}` SYNC")
 
 
 # ----------------------------------------------------------------------------------- per dataset
