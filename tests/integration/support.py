@@ -41,3 +41,19 @@ def query_log(stack: LocalStack, query_id: str, node: int = 0) -> dict[str, Any]
 
 def as_json(value: Any) -> str:
     return json.dumps(value, default=str)
+
+
+def secondary_inserts(stack: LocalStack, query_id: str, node: int) -> tuple[int, int]:
+    """(how many, rows written) of the finished secondary inserts of ``query_id`` in a node's system.query_log.
+
+    A distributed load (s3Cluster, ``parallel_distributed_insert_select = 2``) runs one on every shard; s3Cluster
+    hands the files out on demand, so how many rows each node writes (none, on a busy machine) is not promised.
+    """
+    client = stack.clickhouse_client(node)
+    client.execute("SYSTEM FLUSH LOGS")
+    n, rows = client.execute(
+        "SELECT count(), sum(written_rows) FROM system.query_log WHERE initial_query_id = %(q)s "
+        "AND NOT is_initial_query AND type = 'QueryFinish' AND query_kind = 'Insert'",
+        {"q": query_id},
+    )[0]
+    return int(n), int(rows)
