@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 import types
 import uuid
 from typing import Any
@@ -57,3 +59,64 @@ def secondary_inserts(stack: LocalStack, query_id: str, node: int) -> tuple[int,
         {"q": query_id},
     )[0]
     return int(n), int(rows)
+
+
+class ReservationBlocker:
+    """A query that holds a memory reservation in a workload until it is released, so that loads started beside
+    it wait for admission for certain, whatever the machine's speed: the server's own queue
+    (``system.scheduler``, the workload's ``allocation_queue``) says when they wait. A query waiting there is
+    not in ``system.processes``.
+
+    :param reserve: the reservation it holds (``reserve_memory``).
+    """
+
+    def __init__(self, stack: LocalStack, workload: str = "loads", reserve: str = "2Gi") -> None:
+        self.stack, self.workload, self.reserve = stack, workload, reserve
+        self.query_id = f"blocker-{uuid.uuid4().hex[:12]}"
+        self.released = threading.Event()
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._hold, daemon=True)
+
+    def _hold(self) -> None:
+        try:  # up to 10 minutes unless released (KILL QUERY)
+            self.stack.clickhouse_client().execute(
+                f"SELECT sleepEachRow(0.5) FROM numbers(1200) SETTINGS workload = '{self.workload}', "
+                f"reserve_memory = '{self.reserve}', max_block_size = 1, function_sleep_max_microseconds_per_block = 0",
+                query_id=self.query_id,
+            )
+        except Exception as exc:  # noqa: BLE001 - killed: what it is for
+            self.error = exc
+
+    def queued(self) -> int:
+        """How many queries wait for admission in the workload's queue."""
+        rows = self.stack.clickhouse_client().execute(
+            "SELECT queue_length FROM system.scheduler WHERE resource = 'memory' AND type = 'allocation_queue' "
+            "AND endsWith(path, %(p)s)", {"p": f"/{self.workload}/queue"},
+        )
+        return int(rows[0][0]) if rows else 0
+
+    def __enter__(self) -> ReservationBlocker:
+        self._thread.start()
+        client = self.stack.clickhouse_client()
+        deadline = time.monotonic() + 120
+        while not client.execute("SELECT 1 FROM system.processes WHERE query_id = %(q)s", {"q": self.query_id}):
+            assert self._thread.is_alive() and time.monotonic() < deadline, f"the blocker did not start: {self.error}"
+            time.sleep(0.05)
+        return self
+
+    def release_once_queued(self, waiting: int = 1, hold: float = 0.0, timeout: float = 300) -> None:
+        """Once ``waiting`` queries wait behind the blocker, and ``hold`` seconds more, release it (for a thread)."""
+        deadline = time.monotonic() + timeout
+        while self.queued() < waiting and time.monotonic() < deadline and not self.released.wait(0.05):
+            pass
+        if not self.released.wait(hold):
+            self.release()
+
+    def release(self) -> None:
+        self.released.set()
+        self.stack.clickhouse_client().execute("KILL QUERY WHERE query_id = %(q)s SYNC", {"q": self.query_id})
+        self._thread.join(timeout=120)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():
+            self.release()

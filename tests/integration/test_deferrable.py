@@ -30,7 +30,7 @@ from airflow_provider_s3ch.local.sample import POSTS_DDL, SampleDataset, posts_d
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from airflow_provider_s3ch.triggers.load import LoadTrigger
 from tests.integration.faults import ROOT
-from tests.integration.support import SAMPLE_BUCKET, count, fake_context, secondary_inserts
+from tests.integration.support import SAMPLE_BUCKET, ReservationBlocker, count, fake_context, secondary_inserts
 
 pytestmark = pytest.mark.integration
 
@@ -234,7 +234,7 @@ def test_killing_the_trigger_kills_the_query_and_the_retry_loads_afresh(
     try1 = _defer(_operator(small.s3_uri, slow_table), fake_context("load", 1, run_id))
     (first,) = try1.trigger.query_ids
     asyncio.run(try1.trigger.on_kill())  # what the triggerer calls when a user clears the deferred task
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 120
     while _running(stack, first) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _running(stack, first)
@@ -337,18 +337,20 @@ def test_under_a_workload_the_task_defers_once_the_server_admitted_the_insert(wl
     table = f"default.slow_{uuid.uuid4().hex[:8]}"
     wl_stack.clickhouse_client().execute(posts_ddl(table))
     wl_stack.clickhouse_client().execute(f"ALTER TABLE {table} ADD COLUMN slow UInt8 MATERIALIZED sleepEachRow({SLEEP})")
-    blocker = threading.Thread(target=wl_stack.clickhouse_client().execute, args=(
-        "SELECT sleepEachRow(0.5) FROM numbers(6) SETTINGS workload = 'loads', reserve_memory = '2Gi', "
-        "max_block_size = 1",))
-    blocker.start()
-    time.sleep(0.5)  # the blocker holds 2 GiB of the workload's 3 GiB
     triggers: list[LoadTrigger] = []
-    try:
-        result = _run(S3ToClickHouseOperator(
-            task_id="load", s3_uri=data.s3_uri, table=table, deferrable=True, poll_interval=0.5, memory_cap="2GiB",
-            settings=SLOW_SETTINGS, clickhouse_conn_id=conn, aws_conn_id=aws), fake_context("load"), triggers)
-    finally:
-        blocker.join()
+    # The blocker holds 2 GiB of the workload's 3 GiB until the load has waited in the server's queue for 1.5 s
+    # (not for a fixed time from the start: planning the load takes longer on a busy machine).
+    with ReservationBlocker(wl_stack, reserve="2Gi") as blocker:
+        releaser = threading.Thread(target=blocker.release_once_queued, kwargs={"hold": 1.5})
+        releaser.start()
+        try:
+            result = _run(S3ToClickHouseOperator(
+                task_id="load", s3_uri=data.s3_uri, table=table, deferrable=True, poll_interval=0.5,
+                memory_cap="2GiB", settings=SLOW_SETTINGS, clickhouse_conn_id=conn, aws_conn_id=aws),
+                fake_context("load"), triggers)
+        finally:
+            blocker.released.set()
+            releaser.join()
     assert len(triggers) == 1  # it deferred once, after the wait for admission
-    assert result["workload"] == "loads" and result["admission_wait_ms"] > 1000, result["admission_wait_ms"]
+    assert result["workload"] == "loads" and result["admission_wait_ms"] >= 1500, result["admission_wait_ms"]
     assert result["written_rows"] == ROWS == count(wl_stack, table)
