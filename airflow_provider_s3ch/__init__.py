@@ -45,7 +45,9 @@ CONN_FIELDS: dict[str, dict[str, object]] = {
     "http_port": {
         "label": "HTTP port (deferrable loads)",
         "schema": {"type": ["integer", "null"]},
-        "description": "the server's HTTP port, where deferrable loads start their insert; default 8123 (8443 with TLS)",
+        "description": (
+            "the server's HTTP port, where deferrable loads start their insert; default 8123 (8443 with TLS)"
+        ),
     },
     "s3_endpoint_url": {
         "label": "S3 endpoint as ClickHouse reaches it",

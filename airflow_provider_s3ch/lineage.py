@@ -1,4 +1,5 @@
-"""OpenLineage facets of a load, from the facts the operator kept (:class:`~airflow_provider_s3ch.core.lineage.LoadFacts`).
+"""OpenLineage facets of a load, from the facts the operator kept
+(:class:`~airflow_provider_s3ch.core.lineage.LoadFacts`).
 
 Needs ``apache-airflow-providers-openlineage`` (imported here only, when Airflow asks for lineage).
 What the facets say, and how the datasets are named, is :mod:`airflow_provider_s3ch.core.lineage`'s:

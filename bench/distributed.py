@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     with LocalStack(nodes=3) as stack, stack.environ():
         stack.create_bucket("s3ch-bench")
         data = write_posts(stack.s3_client(), "s3ch-bench", rows=args.rows, months=args.months)
-        print(f"data: {data.rows} rows, {len(data.keys)} Parquet files, {data.bytes / 2**20:.1f} MiB (S3: moto on loopback)")
+        print(f"data: {data.rows} rows, {len(data.keys)} Parquet files, {data.bytes / 2**20:.1f} MiB "
+              "(S3: moto on loopback)")
         for i in range(args.repeat):
             for strategy in ("single", "distributed"):
                 dist, _ = stack.create_distributed_table(

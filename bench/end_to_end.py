@@ -219,7 +219,8 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
     aws = stack.aws_connection()
     aws["extra"] = {**aws["extra"], "endpoint_url": endpoint}
     env = {**os.environ, **stack.airflow_env(), "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-           "AIRFLOW_CONN_CLICKHOUSE_NATIVE_DEFAULT": json.dumps(stack.clickhouse_connection(0, s3_endpoint_url=endpoint)),
+           "AIRFLOW_CONN_CLICKHOUSE_NATIVE_DEFAULT": json.dumps(
+               stack.clickhouse_connection(0, s3_endpoint_url=endpoint)),
            "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws)}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SOURCE), env.get("PYTHONPATH")) if p)
     ch = {"host": "127.0.0.1", "port": stack.nodes[0].tcp_port, "user": stack.user, "password": stack.password}
@@ -283,15 +284,16 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
         runs = {v: rs for v, rs in runs.items() if rs}
         med = {v: {k: round(statistics.median(x[k] for x in rs), 3) for k in ("task_s", "insert_s", "around_s")}
                for v, rs in runs.items()}
-        row = {"dataset": ds.spec.name, "path": path, "files": len(ds.keys), "bytes": ds.bytes, "runs": runs, "median": med,
-               "manifest": manifest,
+        row = {"dataset": ds.spec.name, "path": path, "files": len(ds.keys), "bytes": ds.bytes, "runs": runs,
+               "median": med, "manifest": manifest,
                "rows_equal": len({x["rows"] for rs in runs.values() for x in rs}) == 1,
                "speedup_end_to_end": round(med["hand"]["task_s"] / med["operator"]["task_s"], 2),
                "speedup_insert": round(med["hand"]["insert_s"] / med["operator"]["insert_s"], 2),
                "vs_operator": {p: round(med[p]["task_s"] / med["operator"]["task_s"], 2) for p in PEERS if p in med},
                "dlt": "ran" if "dlt" in med else f"failed: {dlt_error}" if dlt_error else DLT_UNSET}
         out.append(row)
-        peers = "".join(f", {p} {med[p]['task_s']} s ({row['vs_operator'][p]}x the operator's)" for p in PEERS if p in med)
+        peers = "".join(f", {p} {med[p]['task_s']} s ({row['vs_operator'][p]}x the operator's)"
+                        for p in PEERS if p in med)
         log(f"end to end {ds.spec.name} ({path}): hand {med['hand']['task_s']} s (insert {med['hand']['insert_s']} s), "
             f"operator {med['operator']['task_s']} s (insert {med['operator']['insert_s']} s, around "
             f"{med['operator']['around_s']} s): {row['speedup_end_to_end']}x end to end, "

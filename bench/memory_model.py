@@ -102,7 +102,8 @@ def band(table: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     geo = math.exp(sum(abs(math.log(x)) for x in s3) / len(s3))
     return {"loads": len(s3), "min": min(s3), "max": max(s3), "mean_abs_error": round(geo - 1, 3),
-            "file_loads": len(other), "file_min": min(other) if other else None, "file_max": max(other) if other else None}
+            "file_loads": len(other), "file_min": min(other) if other else None,
+            "file_max": max(other) if other else None}
 
 
 def lines(results: dict[str, Any]) -> list[str]:
@@ -120,7 +121,8 @@ def lines(results: dict[str, Any]) -> list[str]:
            "the end-to-end section's hand-written and operator inserts (the operator's own prediction, from its "
            "XCom), where the run recorded their peaks; a section run alone (`--only`, `SECTION.json` beside "
            "results.json) counts with its own run.", "",
-           f"Over the {b['loads']} loads from S3: **{b['min']:.2f} to {b['max']:.2f}**, {inside} of {b['loads']} within "
+           f"Over the {b['loads']} loads from S3: **{b['min']:.2f} to {b['max']:.2f}**, "
+           f"{inside} of {b['loads']} within "
            f"the stated band {PEAK_BAND[0]}-{PEAK_BAND[1]}; mean error {b['mean_abs_error'] * 100:.0f} %. "
            + (f"The {b['file_loads']} `file()` loads (no S3 reader): {b['file_min']:.2f} to {b['file_max']:.2f}."
               if b["file_loads"] else ""), "",

@@ -88,7 +88,8 @@ def plots(results: dict[str, Any], out: Path) -> list[str]:
         for ax, d in zip(axes[0], datasets, strict=True):
             threads = sorted({g["threads"] for g in d["grid"]})
             for t in threads:
-                pts = sorted((g["block_bytes"] / MiB, g["duration_s"]) for g in d["grid"] if g["threads"] == t and g["ok"])
+                pts = sorted((g["block_bytes"] / MiB, g["duration_s"])
+                             for g in d["grid"] if g["threads"] == t and g["ok"])
                 if pts:
                     ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=f"{t} insert threads")
             c = d["variants"]["c"]
@@ -251,7 +252,8 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
             planned = c.get("plan_settings") or c.get("settings") or {}
             block = _block(planned.get("min_insert_block_size_bytes"))
             lines.append(
-                f"| {c['dataset']} | {c['cap']} | {_fmt(c['ok'])} | {_fmt(c['duration_s'])} | {_mib(c['peak_memory'])} | "
+                f"| {c['dataset']} | {c['cap']} | {_fmt(c['ok'])} | {_fmt(c['duration_s'])} | "
+                f"{_mib(c['peak_memory'])} | "
                 f"{_fmt(c['peak_within_cap'])} | {planned.get('max_insert_threads', '-')} | {block} | {err} |"
             )
         lines.append("")

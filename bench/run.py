@@ -273,7 +273,8 @@ def bench_dataset(stack: Any, ds: Dataset, cfg: Config) -> dict[str, Any]:
     client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{sink}` SYNC")
     variants = {k: aggregate(v) for k, v in runs.items()}
     if best is not None:
-        variants["d"]["grid_point"] = {"max_insert_threads": best["threads"], "min_insert_block_size_bytes": best["block_bytes"]}
+        variants["d"]["grid_point"] = {"max_insert_threads": best["threads"],
+                                       "min_insert_block_size_bytes": best["block_bytes"]}
     return {
         "dataset": ds.summary(),
         "plan": {

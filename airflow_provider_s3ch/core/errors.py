@@ -130,7 +130,8 @@ SERVER_ERRORS: dict[int, ServerErrorClass] = {
     999: ServerErrorClass("transient", "Keeper failed"),
     777: ServerErrorClass("transient", "workload scheduling killed the query's memory reservation to free memory"),
     1019: ServerErrorClass(
-        "transient", "the workload had no free query slot within workload_admission_timeout_ms (QUERY_SLOT_ACQUISITION_TIMEOUT)"
+        "transient",
+        "the workload had no free query slot within workload_admission_timeout_ms (QUERY_SLOT_ACQUISITION_TIMEOUT)",
     ),
     1020: ServerErrorClass(
         "transient",

@@ -136,7 +136,8 @@ def learn(past: list[PastLoad], *, footers: bool) -> Learned:
                            "earlier load(s) (instead of the format's fixed factor)")
     scale = None
     fitted = [p.memory_usage / p.facts.model_bytes for p in past
-              if p.facts.model_bytes > 0 and p.memory_usage > 0 and (not p.facts.cap or p.facts.model_bytes < p.facts.cap)]
+              if p.facts.model_bytes > 0 and p.memory_usage > 0
+              and (not p.facts.cap or p.facts.model_bytes < p.facts.cap)]
     if fitted:
         scale = round(min(max(statistics.median(fitted), SCALE_BOUNDS[0]), SCALE_BOUNDS[1]), 3)
         changes.append(f"predicted peak memory x {scale:.2f}: measured / predicted, the median of {len(fitted)} "

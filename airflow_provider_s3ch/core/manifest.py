@@ -44,7 +44,8 @@ class Listing:
     the archive's; the members are the server's to read, and their format is the member pattern's.
 
     :param pattern: the key glob.
-    :param archive_syntax: ``allow_archive_path_syntax`` (see :func:`~airflow_provider_s3ch.core.glob.archive_path_syntax`).
+    :param archive_syntax: ``allow_archive_path_syntax``
+        (see :func:`~airflow_provider_s3ch.core.glob.archive_path_syntax`).
     :raises InvalidRequestError: when ClickHouse rejects the glob or cannot read the key as named.
     """
 

@@ -2,7 +2,8 @@
 
 The sensor waits for the manifest :class:`~airflow_provider_s3ch.operators.s3_to_clickhouse.S3ToClickHouseOperator`
 would build for the same ``s3_uri``: the same glob (:mod:`airflow_provider_s3ch.core.glob`, ClickHouse's
-semantics: ``{a,b}``, ``{01..12}``, ``*``, ``**``, ``?``), the same keys (:class:`~airflow_provider_s3ch.core.manifest.Listing`).
+semantics: ``{a,b}``, ``{01..12}``, ``*``, ``**``, ``?``), the same keys
+(:class:`~airflow_provider_s3ch.core.manifest.Listing`).
 The files are ready when
 
 * the manifest holds at least ``min_files`` files that are not empty (1 by default: a manifest the
@@ -46,7 +47,8 @@ class WaitRequest(BaseModel):
     @field_validator("s3_uri")
     @classmethod
     def _uri(cls, v: str) -> str:
-        """The operator's rule for ``s3_uri``: the validator of :class:`~airflow_provider_s3ch.core.models.LoadRequest`."""
+        """The operator's rule for ``s3_uri``: the validator of
+        :class:`~airflow_provider_s3ch.core.models.LoadRequest`."""
         return LoadRequest._uri(v)
 
     @field_validator("success_marker")

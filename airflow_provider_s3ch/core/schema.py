@@ -220,7 +220,9 @@ def type_problem(source: str, target: str) -> tuple[str, str] | None:
             "error; give the files a numeric column, or the table a String one"
         )
     if src == "text" and dst in {"integer", "float", "decimal"}:
-        return "warning", f"{source} into {target}: each value is parsed as a number; text that is not one fails the load"
+        return "warning", (
+            f"{source} into {target}: each value is parsed as a number; text that is not one fails the load"
+        )
     if src == "float" and dst == "integer":
         return "warning", f"{source} into {target}: the fraction is dropped (1.5 loads as 1)"
     return None
@@ -280,9 +282,10 @@ def compare_by_name(
     if missing:
         hint = _case_hint(missing, extra)
         found.errors.append(
-            f"table columns {_listing([str(c) for c in missing])} are not in the file and have no DEFAULT: every row would "
-            f"load their type's default{hint}; add them to the files, give them a DEFAULT in the table, or give "
-            "structure='…' naming the file's columns in the table's order (the insert then fills the table by position)"
+            f"table columns {_listing([str(c) for c in missing])} are not in the file and have no DEFAULT: "
+            f"every row would load their type's default{hint}; add them to the files, give them a DEFAULT in "
+            "the table, or give structure='…' naming the file's columns in the table's order "
+            "(the insert then fills the table by position)"
         )
     if extra:
         computed = [c.name for c in extra if key(c.name) in by_name]
@@ -445,7 +448,9 @@ def check_schema(
     if problems:
         loading = " (loading anyway: schema_check='warn')" if found.errors else ""
         return Check(
-            name=CHECK_NAME, status="warn", message=f"{file} against table {table}{loading}: {_listing(problems, '; ')}{notes}"
+            name=CHECK_NAME,
+            status="warn",
+            message=f"{file} against table {table}{loading}: {_listing(problems, '; ')}{notes}",
         )
     source = "structure" if structure_columns is not None else file
     return Check(name=CHECK_NAME, status="ok", message=f"{source} matches table {table}{notes}")

@@ -98,7 +98,8 @@ class TableSpec(BaseModel):
         if m is None or not m.group(1).endswith("MergeTree") or m.group(1).startswith("Shared"):
             raise InvalidRequestError(
                 f"engine={engine!r}: the operator creates MergeTree-family tables (the staging table and the "
-                "partition moves need one); give 'MergeTree', 'ReplacingMergeTree(ver)', 'ReplicatedMergeTree(…)', …"
+                "partition moves need one); give 'MergeTree', 'ReplacingMergeTree(ver)', "
+                "'ReplicatedMergeTree(…)', …"
             )
         return cls(
             order_by=_expression("order_by", order_by),

@@ -91,7 +91,9 @@ class QueryLog:
                     log.info("Waiting for earlier try %s on %s: %.0f s, %d rows read, %d written",
                              query_id, address, elapsed, read_rows, written_rows)
 
-        if poll(timeout, 1.0, until=lambda running: not running, on_wait=report)(self.running_queries, query_ids, nodes):
+        if poll(timeout, 1.0, until=lambda running: not running, on_wait=report)(
+            self.running_queries, query_ids, nodes
+        ):
             raise LoadError(
                 f"earlier try {', '.join(query_ids)} still runs after {timeout:.0f} s; not starting a second "
                 "load of the same files (kill it with KILL QUERY, or raise earlier_try_timeout)"

@@ -234,7 +234,9 @@ def workload_check(
             "cannot be told"
         )
     fits = [
-        (node, need, limit) for node, need, limit in limits if need > 0 and limit is not None and limit.bytes is not None
+        (node, need, limit)
+        for node, need, limit in limits
+        if need > 0 and limit is not None and limit.bytes is not None
     ]
     summary = _fits_message(name, reserve, fits, spans_nodes, distributed)
     if problems:
@@ -271,13 +273,19 @@ def _over_message(
 ) -> str:
     assert limit.bytes is not None and limit.source is not None
     of = f"the limit of workload {name!r}, {fmt_bytes(limit.bytes)} (max_memory of workload {limit.source!r})"
-    raise_it = f"raise max_memory of workload {limit.source!r} (CREATE OR REPLACE WORKLOAD {name_sql(limit.source)} …)"
+    raise_it = (
+        f"raise max_memory of workload {limit.source!r} "
+        f"(CREATE OR REPLACE WORKLOAD {name_sql(limit.source)} …)"
+    )
     nodes = profile.node_count if distributed else 1
     if "reserve_memory" in request.settings:
         why, lower = "set in settings", "lower reserve_memory"
     else:
         why = f"the per-node budget: {budget.reason}"
-        lower = "lower memory_cap to at most {cap}" if request.memory_cap is not None else "set memory_cap to at most {cap}"
+        lower = (
+            "lower memory_cap to at most {cap}" if request.memory_cap is not None
+            else "set memory_cap to at most {cap}"
+        )
     if need > reserve:  # the initiator of a distributed load: its own query and its share
         return (
             f"a distributed load holds two reservations on its initiator {node.node}, its own query's and its "

@@ -122,5 +122,5 @@ def predict_peak(
     if at_cap:
         reason += f": reaches max_memory_usage {fmt_bytes(cap)}, where the server stops the load"
         predicted = cap
-    return PeakEstimate(bytes=predicted, reason=reason, model_bytes=model, terms={"base": PEAK_BASE_BYTES, "blocks": blocks,
-                                                              "reading": reading}, at_cap=at_cap)
+    return PeakEstimate(bytes=predicted, reason=reason, model_bytes=model,
+                        terms={"base": PEAK_BASE_BYTES, "blocks": blocks, "reading": reading}, at_cap=at_cap)

@@ -67,9 +67,9 @@ SMALL_FILE_BYTES = 100 * MiB
 #: on, a Parquet load reads with :data:`LATENT_READING_THREADS` streams: each stream waits on S3 most of the
 #: time. A local S3 on a starved CPU answered in up to ~18 ms, so the threshold sits above that; it errs on
 #: the side of the cores (8 streams straight from a local S3 cost 0-8 % in the benchmark).
-#: Through a proxy adding 30 ms per request (80 MB/s per connection), 8 reading threads took the insert of 20 Parquet files from
-#: 0.80 to 0.60-0.67 of ClickHouse's defaults; straight from a loopback S3 (1-5 ms) they were a small
-#: loss, and on gzip'd CSV no gain either way (docs/benchmarks.md).
+#: Through a proxy adding 30 ms per request (80 MB/s per connection), 8 reading threads took the insert
+#: of 20 Parquet files from 0.80 to 0.60-0.67 of ClickHouse's defaults; straight from a loopback S3
+#: (1-5 ms) they were a small loss, and on gzip'd CSV no gain either way (docs/benchmarks.md).
 LATENT_REQUEST_MS = 25.0
 LATENT_READING_THREADS = 8
 
@@ -122,7 +122,9 @@ def expansion_factor(fmt: str, compression: str | None) -> float:
 
 
 
-def data_estimate(manifest: Manifest, fmt: str, compression: str | None, *, expansion: float | None = None) -> tuple[int, str]:
+def data_estimate(
+    manifest: Manifest, fmt: str, compression: str | None, *, expansion: float | None = None
+) -> tuple[int, str]:
     """The load's uncompressed bytes as the plan estimates them, and how.
 
     :param expansion: uncompressed bytes per file byte learned from earlier loads; used for formats
@@ -140,7 +142,8 @@ def data_estimate(manifest: Manifest, fmt: str, compression: str | None, *, expa
         )
     factor = expansion_factor(fmt, compression)
     return int(manifest.total_bytes * factor), (
-        f"~{fmt_bytes(manifest.total_bytes)} {fmt}{' ' + compression if is_compressed(compression) else ''} x {factor:g}"
+        f"~{fmt_bytes(manifest.total_bytes)} {fmt}{' ' + compression if is_compressed(compression) else ''} "
+        f"x {factor:g}"
     )
 
 
@@ -248,7 +251,8 @@ def plan_settings(
             "max_threads",
             readers,
             f"{readers} reading streams, not {cores} (the cores): an S3 request took {manifest.request_ms:g} ms "
-            f"(the quickest S3 call of the listing, >= {LATENT_REQUEST_MS:g} ms), so each stream waits on S3 most of the time "
+            f"(the quickest S3 call of the listing, >= {LATENT_REQUEST_MS:g} ms), "
+            "so each stream waits on S3 most of the time "
             f"and more streams over {manifest.file_count} Parquet files hide the latency (docs/benchmarks.md)",
         )
 

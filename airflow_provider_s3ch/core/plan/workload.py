@@ -213,7 +213,9 @@ def missing_ddl(name: str, node: NodeWorkloads, reserve: int, suggested_max: int
         if roots:
             ddl.append(f"CREATE WORKLOAD {name_sql(name)} IN {name_sql(roots[0])}")
         elif name == ROOT_WORKLOAD:
-            ddl.append(f"CREATE WORKLOAD {name_sql(name)} SETTINGS max_memory = {server_size(max(reserve, suggested_max))}")
+            ddl.append(
+                f"CREATE WORKLOAD {name_sql(name)} SETTINGS max_memory = {server_size(max(reserve, suggested_max))}"
+            )
         else:
             ddl.append(
                 f"CREATE WORKLOAD {ROOT_WORKLOAD} SETTINGS max_memory = {server_size(max(reserve, suggested_max))}"
