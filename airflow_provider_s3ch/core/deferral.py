@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from airflow_provider_s3ch.core.errors import InvalidRequestError
+from airflow_provider_s3ch.core.errors import InvalidRequestError, server_text
 from airflow_provider_s3ch.core.models import ClusterNode, LoadPlan, S3Object, SettingValue, TableInfo
 from airflow_provider_s3ch.core.recovery import LoadSteps
 
@@ -131,7 +131,7 @@ class LoggedQuery(BaseModel):
     @property
     def error(self) -> str:
         """The exception's text without the server's stack trace."""
-        return self.exception.split("Stack trace:")[0].strip()
+        return server_text(self.exception)
 
 
 class Look(BaseModel):

@@ -171,3 +171,8 @@ def classify_server_error(code: int | None, message: str = "") -> ServerErrorCla
     if code is None:
         return ServerErrorClass("transient", "no error code")
     return SERVER_ERRORS.get(code, ServerErrorClass("transient", f"error code {code} is not classified"))
+
+
+def server_text(text: object) -> str:
+    """A server error's text without the stack trace the server appends to it: the one place that cleans it."""
+    return str(text).split("Stack trace:")[0].strip()

@@ -7,6 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
+from airflow_provider_s3ch.core.errors import server_text
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, NodeMetrics
 
 #: The server's own figures of the wait before a query runs, under workload scheduling (ProfileEvents, in
@@ -70,7 +71,7 @@ class QueryLogRow(BaseModel):
     @property
     def error(self) -> str:
         """The exception's text without the server's stack trace."""
-        return self.exception.split("Stack trace:")[0].strip()
+        return server_text(self.exception)
 
     def node_metrics(self, node: str | None = None, **update: int) -> NodeMetrics:
         """This entry's figures as one node's share (``update`` overrides some)."""

@@ -1,4 +1,5 @@
-"""S3 through Airflow's ``aws`` connection: listing, HeadObject, GetBucketLocation, Parquet footers.
+"""S3 through Airflow's ``aws`` connection: listing, HeadObject, GetBucketLocation
+(Parquet footers: :mod:`.s3_footers`).
 
 AwsBaseHook is how Airflow users expect AWS credentials to work: keys, profiles,
 assumed roles, session tokens, ``endpoint_url`` in the extra. The worker uses it
@@ -16,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from typing import Any
 
@@ -25,10 +25,10 @@ from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
 from airflow_provider_s3ch.core import manifest as policy
-from airflow_provider_s3ch.core import parquet_footer
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Credentials, S3Object
 from airflow_provider_s3ch.errors import BucketError, S3chError, S3UnavailableError, provider_errors
 from airflow_provider_s3ch.hooks.quiet import quiet_loggers
+from airflow_provider_s3ch.hooks.s3_footers import parquet_footer_stats
 
 log = logging.getLogger(__name__)
 
@@ -220,83 +220,6 @@ def _stamp(objects: list[S3Object], entries: dict[str, dict[str, Any]]) -> None:
         modified = entry.get("LastModified")
         obj.etag = etag or None
         obj.last_modified = modified.astimezone(timezone.utc) if isinstance(modified, datetime) else None
-
-
-def parquet_footer_stats(
-    client: BaseClient, bucket: str, objects: list[S3Object], sample: int = policy.FOOTER_SAMPLE
-) -> policy.FooterStats:
-    """Read the footers of the ``sample`` largest Parquet files: uncompressed sizes, cheaply.
-
-    One ranged GET of the last :data:`policy.FOOTER_PROBE_BYTES` per file (a second one when the
-    footer is bigger), parsed by :mod:`airflow_provider_s3ch.core.parquet_footer` (no Parquet
-    library to import). When a read or a footer fails, the planner falls back to its expansion
-    factors for that file.
-
-    :param client: a boto3 S3 client.
-    :param bucket: the bucket.
-    :param objects: the manifest's objects.
-    :param sample: how many files to read.
-    """
-    def read(obj: S3Object) -> tuple[int, float, list[int] | None]:
-        """(GETs, the first GET's ms, the row groups' uncompressed sizes or None when skipped)."""
-        calls = 0
-        try:
-            started = time.monotonic()
-            tail, n = _tail(client, bucket, obj, min(obj.size, policy.FOOTER_PROBE_BYTES))
-            took = (time.monotonic() - started) * 1000 / n
-            calls += n
-            try:
-                footer_len = parquet_footer.metadata_length(tail)
-            except parquet_footer.FooterError as exc:
-                log.info("Parquet footer of %s skipped: %s", obj.key, exc)
-                return calls, took, None
-            if footer_len + 8 > len(tail):
-                if footer_len + 8 > min(obj.size, policy.MAX_FOOTER_BYTES):
-                    log.info("Parquet footer of %s skipped: it claims %d bytes", obj.key, footer_len)
-                    return calls, took, None
-                tail, n = _tail(client, bucket, obj, footer_len + 8)
-                calls += n
-            groups = parquet_footer.row_group_sizes(tail)
-        except Exception as exc:  # noqa: BLE001 - footers are an optimisation: any failure falls back
-            log.info("Parquet footer of %s skipped (the plan falls back to size estimates): %s", obj.key, exc)
-            return calls, float("inf"), None
-        return calls, took, groups
-
-    chosen = policy.footer_sample(objects, sample)
-    # The footers at once: each is one or two small GETs, and over real S3 each GET waits tens of ms.
-    with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
-        answers = list(pool.map(read, chosen))
-    calls = sum(n for n, _, _ in answers)
-    sampled = [(obj.size, groups) for obj, (_, _, groups) in zip(chosen, answers, strict=True) if groups is not None]
-    quickest = min((took for _, took, groups in answers if groups is not None), default=None)
-    stats = policy.footer_stats(objects, sampled, calls)
-    return stats._replace(request_ms=round(quickest, 1)) if quickest is not None and stats.files else stats
-
-
-def _tail(client: BaseClient, bucket: str, obj: S3Object, n: int) -> tuple[bytes, int]:
-    """The last ``n`` bytes of an object and the GETs it took.
-
-    A suffix range (``bytes=-N``) first; its ``Content-Range`` must say the object's last bytes.
-    Some servers answer a suffix range with the object's first bytes: then an explicit range from the
-    size the listing gave.
-
-    :raises ValueError: neither answer is the object's tail.
-    """
-    first, last = obj.size - n, obj.size - 1
-    expected = f"bytes {first}-{last}/{obj.size}"
-    answer = client.get_object(Bucket=bucket, Key=obj.key, Range=f"bytes=-{n}")
-    body = answer["Body"].read()
-    if answer.get("ContentRange") == expected or (first == 0 and len(body) == obj.size and not answer.get("ContentRange")):
-        return body, 1
-    log.info(
-        "The S3 server answered the suffix range of %s with %r, not %r: reading bytes=%d-%d instead",
-        obj.key, answer.get("ContentRange"), expected, first, last,
-    )
-    answer = client.get_object(Bucket=bucket, Key=obj.key, Range=f"bytes={first}-{last}")
-    body = answer["Body"].read()
-    if answer.get("ContentRange", expected) != expected or len(body) != n:
-        raise ValueError(f"the server answered bytes={first}-{last} with {answer.get('ContentRange')!r}")
-    return body, 2
 
 
 def _region_or_none(client: BaseClient, bucket: str) -> tuple[str | None, int]:
