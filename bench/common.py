@@ -66,6 +66,7 @@ class Planned:
         from airflow_provider_s3ch.core.sql import render_source
         from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
         from airflow_provider_s3ch.hooks.s3 import build_manifest
+        from airflow_provider_s3ch.hooks.server import get_profile
 
         self.request = LoadRequest(s3_uri=ds.s3_uri, table=f"{DATABASE}.{probe_table}", memory_cap=memory_cap)
         s3 = stack.s3_client()
@@ -76,7 +77,7 @@ class Planned:
                               aws_secret_access_key=stack.s3_secret_key, region_name=stack.region)
         self.manifest = build_manifest(s3, self.request)
         hook = ClickHouseHook()
-        self.profile = hook.get_profile(self.request.table)
+        self.profile = get_profile(hook, self.request.table)
         url = object_url(ds.bucket, self.request.key_pattern, endpoint_url=endpoint or stack.s3_endpoint,
                          region=self.manifest.region)
         self.plan = make_plan(self.request, self.manifest, self.profile, source_url=url)

@@ -362,14 +362,13 @@ def bench_overhead(stack: Any, cfg: Config) -> dict[str, Any]:
     from airflow_provider_s3ch.core.plan import make_plan
     from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
     from airflow_provider_s3ch.hooks.s3 import build_manifest
+    from airflow_provider_s3ch.hooks.server import get_profile
     from airflow_provider_s3ch.local.sample import posts_ddl
     from airflow_provider_s3ch.local.stack import free_port
 
     client = stack.clickhouse_client()
     probe = new_table(client, DATABASE, posts_ddl, "overhead_probe")
-    profile = ClickHouseHook().get_profile(
-        LoadRequest(s3_uri="s3://x-bucket/x", table=f"{DATABASE}.{probe}").table
-    )
+    profile = get_profile(ClickHouseHook(), LoadRequest(s3_uri="s3://x-bucket/x", table=f"{DATABASE}.{probe}").table)
     client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{probe}` SYNC")
     port = free_port()
     buckets = {count: f"{LIST_BUCKET}-{count}" for count in cfg.overhead_counts}

@@ -1,15 +1,16 @@
-"""What the server knows of the load's queries: ``system.processes`` and ``system.query_log`` on each node.
+"""Query control: what the server knows of the load's queries (``system.processes`` and ``system.query_log``
+on each node), and killing them.
 
-Typed reads for the recovery state machine (earlier tries of a query id stem) and for the
-metrics (the load's entry and its secondary inserts); one polling helper (tenacity) for
-every wait.
+Typed reads for the recovery state machine (earlier tries of a query id stem), for the metrics (the load's
+entry and its secondary inserts), for the triggerer's looks and for learning from past loads; one polling
+helper (tenacity) for every wait, one function to flush the logs, one to kill.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
@@ -19,7 +20,11 @@ from airflow_provider_s3ch.core.metrics import QUERY_LOG_COLUMNS, QueryLogRow
 from airflow_provider_s3ch.core.models import ClusterNode
 from airflow_provider_s3ch.core.recovery import EarlierTry, QueryId
 from airflow_provider_s3ch.errors import LoadError, S3chError
-from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+
+if TYPE_CHECKING:
+    from clickhouse_driver import Client
+
+    from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 
 _log = logging.getLogger(__name__)
 
@@ -27,6 +32,31 @@ _LOG_SQL = (
     f"SELECT {', '.join(QUERY_LOG_COLUMNS)} FROM system.query_log WHERE {{where}} "
     "AND type != 'QueryStart' AND event_date >= yesterday() ORDER BY event_time_microseconds"
 )
+
+def flush_logs(hook: ClickHouseHook, nodes: Sequence[ClusterNode] = (), *, client: Client | None = None) -> None:
+    """``SYSTEM FLUSH LOGS`` on ``client``, else on each node (the connection's node when there are none), so
+    that ``system.query_log`` holds every query that ended."""
+    for one in [client] if client is not None else [c for _, c in hook.node_clients(nodes)]:
+        hook.execute("SYSTEM FLUSH LOGS", client=one)
+
+
+def is_listed(hook: ClickHouseHook, query_id: str) -> bool:
+    """Whether the connection's node lists ``query_id`` in ``system.processes`` (it admitted and runs it)."""
+    return bool(hook.execute("SELECT count() FROM system.processes WHERE query_id = %(q)s", {"q": query_id})[0][0])
+
+
+def kill_query(hook: ClickHouseHook, query_id: str, nodes: Sequence[ClusterNode] = ()) -> None:
+    """``KILL QUERY`` a query id and its secondary queries on each node (best effort), on fresh
+    connections: the cached client is busy with the load while ``on_kill`` runs in another thread."""
+    for host, port in [(n.host, n.port) for n in nodes] or [(hook.host, hook.port)]:
+        client = hook.client_for(host, port, fresh=True)
+        try:
+            client.execute("KILL QUERY WHERE query_id = %(q)s OR initial_query_id = %(q)s ASYNC", {"q": query_id})
+        except Exception as exc:  # noqa: BLE001 - best effort on kill
+            hook.log.warning("KILL QUERY on %s:%s failed: %s", host, port, exc)
+        finally:
+            client.disconnect()
+
 
 def poll(timeout: float, interval: float = 0.5, *, until: Any = bool, on_wait: Any = None) -> Retrying:
     """Call a function until ``until(result)`` holds or ``timeout`` passes; then return its last result."""
@@ -55,7 +85,7 @@ class QueryLog:
                 "SELECT DISTINCT if(match(query_id, %(r)s), query_id, initial_query_id) FROM system.processes "
                 "WHERE match(query_id, %(r)s) OR match(initial_query_id, %(r)s)", params, client=client,
             )
-            self.hook.execute("SYSTEM FLUSH LOGS", client=client)
+            flush_logs(self.hook, client=client)
             done = self.hook.rows(
                 QueryLogRow,
                 _LOG_SQL.format(where="match(query_id, %(r)s) AND is_initial_query"), params, client=client,
@@ -106,8 +136,7 @@ class QueryLog:
         """
 
         def read() -> list[QueryLogRow]:
-            for _, client in self.hook.node_clients(nodes):
-                self.hook.execute("SYSTEM FLUSH LOGS", client=client)
+            flush_logs(self.hook, nodes)
             return self.hook.rows(QueryLogRow, _LOG_SQL.format(where="query_id = %(q)s"), {"q": query_id},
                              node=self.hook.address)
 
@@ -164,8 +193,7 @@ class QueryLog:
         ]
         if running or not logged:
             return Look(running=running)
-        for _, client in self.hook.node_clients(nodes):
-            self.hook.execute("SYSTEM FLUSH LOGS", client=client)
+        flush_logs(self.hook, nodes)
         entries = self.hook.rows(
             LoggedQuery,
             "SELECT query_id, toString(type) AS type, exception, exception_code, read_rows, written_rows "

@@ -2,7 +2,7 @@
 
 :mod:`airflow_provider_s3ch.core.ledger` decides which files a load takes and what a row means; this
 module reads the ledger and what the server says of the loads it names (their staging tables, their
-running queries), writes the states, and hands the operator the files its insert reads.
+running queries), writes the states, and hands the load run the files its insert reads.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, LoadRequest
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, STEM_HEX_DIGITS, LoadSteps, QueryId, Resume
 from airflow_provider_s3ch.errors import PlanError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.load.report import LoadReport, NothingNew
 
 #: The external table of keys a ledger read sends with its query.
 FILES_TABLE = "_s3ch_files"
@@ -334,8 +335,8 @@ class LedgerRun:
         return summary(self.ledger, self.selection.model_copy(update={"files": self.files}), load_id=self.own,
                        lost=self.lost, committed=self.recovered, claim_timeout=self.claim_timeout)
 
-    def nothing_new(self, wall_ms: int) -> dict[str, Any]:
-        """The result of a run without a new file: zero rows; Airflow's skip under ``skip_when_empty``."""
+    def nothing_new(self, wall_ms: int) -> LoadReport:
+        """The report of a run without a new file: zero rows; the skip signal under ``skip_when_empty``."""
         result: dict[str, Any] = {
             "query_id": None, "table": self.target, "dry_run": self.request.dry_run, "files": 0, "bytes": 0,
             "written_rows": 0, "written_bytes": 0, "read_rows": 0, "read_bytes": 0, "duration_ms": 0,
@@ -343,11 +344,9 @@ class LedgerRun:
             "ledger": self.summary(),
         }
         if self.request.skip_when_empty and not self.request.dry_run:
-            from airflow.sdk.exceptions import AirflowSkipException
-
-            raise AirflowSkipException(f"no new file for {self.target} (skip_when_empty=True)")
+            raise NothingNew(f"no new file for {self.target} (skip_when_empty=True)")
         self.log.info("No new file for %s: nothing to load", self.target)
-        return result
+        return LoadReport(**result)
 
     def _log(self) -> None:
         s = self.summary()

@@ -27,7 +27,7 @@ from airflow_provider_s3ch.core.deferral import SETTLE_SECONDS, Judgement, WaitK
 from airflow_provider_s3ch.core.models import ClusterNode
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, S3chError, provider_errors
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.query_log import QueryLog
+from airflow_provider_s3ch.hooks.query_log import QueryLog, kill_query
 
 #: How long the server may not answer before the trigger gives up (the task's retries then apply: a
 #: retry finds the load still running and waits for it, or takes its figures).
@@ -148,7 +148,7 @@ class LoadTrigger(BaseTrigger):
             for query_id in self.query_ids:
                 self.log.info("Killing query %s on %s", query_id,
                               ", ".join(n.address for n in self._cluster_nodes()) or hook.address)
-                hook.kill_query(query_id, self._cluster_nodes())
+                kill_query(hook, query_id, self._cluster_nodes())
         finally:
             hook.close()
 

@@ -26,8 +26,8 @@ from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, QueryId
 from airflow_provider_s3ch.errors import InvalidRequestError, PlanError, S3chError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.ledger import LedgerRun
 from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
+from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from tests.integration.faults import ROOT, fingerprint
@@ -392,7 +392,7 @@ def test_two_runs_at_once_over_overlapping_globs_load_each_file_once(stack: Loca
 KILLER = """
 import json, os, signal, sys, types
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.ledger import LedgerRun
+from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 
 args = json.loads(sys.argv[1])

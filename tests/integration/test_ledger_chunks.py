@@ -23,7 +23,7 @@ import pytest
 from airflow_provider_s3ch.core.ledger import LEDGER_NAME, unit_id
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, QueryId
 from airflow_provider_s3ch.errors import InvalidRequestError, S3chError
-from airflow_provider_s3ch.hooks.ledger import LedgerRun
+from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from tests.integration.faults import ROOT, fingerprint
@@ -130,7 +130,7 @@ def test_a_failed_chunk_keeps_the_committed_ones_and_the_retry_loads_the_rest(st
 KILLER = """
 import json, os, signal, sys, types
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.ledger import LedgerRun
+from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 
 args = json.loads(sys.argv[1])

@@ -1,0 +1,248 @@
+"""What the server is: its profile (version, cores, memory), its cluster, its workloads, and the facts of
+its tables (engine and keys, comment, partitions, columns, a DESCRIBE of files), and the DDL the core
+decides run on the right nodes. Reads only, through :class:`~.clickhouse.ClickHouseHook`; what the facts
+mean is the core's business (:mod:`airflow_provider_s3ch.core.plan`, :mod:`~airflow_provider_s3ch.core.tables`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from clickhouse_driver import errors as ch_errors
+
+from airflow_provider_s3ch.core.errors import classify_server_error, server_text
+from airflow_provider_s3ch.core.models import (
+    ClusterNode,
+    NodeWorkloads,
+    ServerProfile,
+    TableInfo,
+    TableRef,
+    WorkloadEntity,
+)
+from airflow_provider_s3ch.core.schema import COLUMNS_SQL, Column
+from airflow_provider_s3ch.core.server import CORES_PROBES, MEMORY_PROBES, TABLE_INFO_SQL, parse_int_setting, table_info
+from airflow_provider_s3ch.core.sql import RenderedSQL
+from airflow_provider_s3ch.core.tables import KEEPER_PROBE, Ddl
+from airflow_provider_s3ch.errors import ClickHouseUnavailableError, ClusterError, S3chError, TableError
+from airflow_provider_s3ch.hooks.quiet import quiet_loggers
+
+if TYPE_CHECKING:
+    from clickhouse_driver import Client
+
+    from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+
+#: A node's workload scheduling in one read: its workloads (name, parent, DDL) and resources (name, DDL).
+WORKLOADS_SQL = (
+    "SELECT (SELECT groupArray((name, parent, create_query)) FROM system.workloads), "
+    "(SELECT groupArray((name, create_query)) FROM system.resources)"
+)
+_COMMENT_SQL = "SELECT comment FROM system.tables WHERE database = %(d)s AND name = %(t)s"
+_ENGINE_SQL = "SELECT engine FROM system.tables WHERE database = %(d)s AND name = %(t)s"
+_EXISTS_SQL = "SELECT count() FROM system.tables WHERE database = %(d)s AND name = %(t)s"
+#: ``TABLE_ALREADY_EXISTS``: another creator won the race; ``CREATE … IF NOT EXISTS`` may still say so.
+TABLE_ALREADY_EXISTS = 57
+
+
+# ---------------------------------------------------------------------- the profile
+def get_profile(
+    hook: ClickHouseHook, table: TableRef, cluster: str | None = None, *, missing: TableInfo | None = None,
+    workload: str | None = None,
+) -> ServerProfile:
+    """What the planner needs: version, cores, memory, cluster nodes, the target table. Every probe
+    has a fallback (deployments differ): a missing system table never fails the load.
+
+    :param table: the target table (its database defaults to the connection's).
+    :param cluster: the cluster for distributed loads (default: connection extra ``cluster``).
+    :param missing: the table to plan with when the target does not exist (one the load will create);
+        without it a missing target is a :class:`TableError`.
+    :param workload: the load's workload (None: the connection's extra; ``""``: none): the nodes'
+        workloads and resources are read only when there is one.
+    """
+    cluster = cluster or hook.cluster
+    nodes = cluster_nodes(hook, cluster) if cluster else []
+    cores = _cores(hook, hook.client())
+    workloads = workload_nodes(hook, nodes) if (hook.workload if workload is None else workload) else []
+    memory, memory_source = _first(hook, MEMORY_PROBES, hook.client())
+    return ServerProfile(
+        version=str(hook.execute("SELECT version()")[0][0]),
+        cores=cores,
+        memory_bytes=int(memory or 0),
+        memory_source=memory_source or "unknown",
+        region=hook.region,
+        cluster=cluster,
+        nodes=nodes,
+        node_cores=[_cores(hook, client, cores) for _, client in hook.node_clients(nodes)] if len(nodes) > 1
+        else [cores],
+        table=missing if missing is not None and table_comment(hook, table) is None else table_facts(hook, table),
+        workload=hook.workload,
+        workload_nodes=workloads,
+    )
+
+
+def workload_nodes(hook: ClickHouseHook, nodes: Sequence[ClusterNode] = ()) -> list[NodeWorkloads]:
+    """Each node's workloads and resources (workload scheduling): the connection's node, and every node
+    of the cluster; one read of ``system.workloads`` and ``system.resources`` on each. A node that cannot
+    be read (a server without them, a missing grant, a node the worker cannot reach) is listed with its
+    error: the plan decides what that means."""
+    out = []
+    if not any(n.is_local for n in nodes):
+        out.append(_workloads_on(hook, hook.address, hook.client(), initiator=True, member=False))
+    for node in nodes:
+        client = hook.client() if node.is_local else hook.client_for(node.host, node.port)
+        out.append(_workloads_on(hook, node.address, client, initiator=node.is_local, member=True))
+    return out
+
+
+def _workloads_on(hook: ClickHouseHook, address: str, client: Client, *, initiator: bool, member: bool
+                  ) -> NodeWorkloads:
+    try:
+        (workloads, resources), = client.execute(WORKLOADS_SQL)
+    except ch_errors.ServerException as exc:
+        if classify_server_error(exc.code).kind == "auth":
+            raise hook.translate_error(exc) from exc
+        return NodeWorkloads(node=address, initiator=initiator, member=member, error=server_text(exc.message))
+    except Exception as exc:
+        translated = hook.translate_error(exc)
+        if initiator or not isinstance(translated, ClickHouseUnavailableError):
+            raise translated from exc
+        return NodeWorkloads(node=address, initiator=initiator, member=member, error=str(translated))
+    return NodeWorkloads(
+        node=address, initiator=initiator, member=member,
+        workloads=[WorkloadEntity(name=n, parent=p, create_query=q) for n, p, q in workloads],
+        resources=[WorkloadEntity(name=n, create_query=q) for n, q in resources],
+    )
+
+
+def _first(hook: ClickHouseHook, probes: Sequence[tuple[str, str]], client: Client) -> tuple[Any, str]:
+    """The first value the first probe that works returns, and its label; (None, '') when none works."""
+    for sql, label in probes:
+        try:
+            rows = client.execute(sql)
+        except ch_errors.ServerException as exc:
+            if classify_server_error(exc.code).kind == "auth":
+                raise hook.translate_error(exc) from exc
+            continue  # a system table this deployment lacks: the next probe
+        except Exception as exc:
+            raise hook.translate_error(exc) from exc
+        if rows and rows[0][0] not in (None, ""):
+            return rows[0][0], label
+    return None, ""
+
+
+def _cores(hook: ClickHouseHook, client: Client, fallback: int | None = None) -> int:
+    """A node's cores; a node that does not answer counts as ``fallback`` (the initiator's) when given."""
+    try:
+        value, _ = _first(hook, CORES_PROBES, client)
+    except ClickHouseUnavailableError:
+        if fallback is None:
+            raise
+        return fallback
+    return max(1, parse_int_setting(value) or 1)
+
+
+def cluster_nodes(hook: ClickHouseHook, cluster: str) -> list[ClusterNode]:
+    """The cluster's replicas from ``system.clusters``; :class:`ClusterError` when it is not there."""
+    nodes = hook.rows(
+        ClusterNode, "SELECT host_name AS host, port, shard_num, replica_num, is_local FROM system.clusters "
+        "WHERE cluster = %(c)s ORDER BY shard_num, replica_num", {"c": cluster},
+    )
+    if not nodes:
+        known = [r[0] for r in hook.execute("SELECT DISTINCT cluster FROM system.clusters")]
+        raise ClusterError(
+            f"cluster {cluster!r} is not in system.clusters (known: {', '.join(known) or 'none'}); "
+            "fix the operator's cluster argument or the connection extra 'cluster'"
+        )
+    return nodes
+
+
+# ---------------------------------------------------------------------- tables
+def table_facts(hook: ClickHouseHook, table: TableRef) -> TableInfo:
+    """The target's engine, keys, database engine, dependent views and, for a Distributed table, what it
+    points at; :class:`TableError` when it does not exist."""
+    database = table.database or hook.database
+    rows = hook.execute(TABLE_INFO_SQL, {"d": database, "t": table.name})
+    if not rows:
+        raise TableError(
+            f"table {database}.{table.name} does not exist on {hook.address}; "
+            "create it, or pass create_table='if_missing' with order_by=… to create it from the files' columns, "
+            "or fix the table argument"
+        )
+    info = table_info(database, table.name, *rows[0][:4])
+    info.database_engine, info.dependent_views = rows[0][4] or None, list(rows[0][5])
+    if info.local_database and info.local_table:
+        local = hook.execute(_ENGINE_SQL, {"d": info.local_database, "t": info.local_table})
+        info.local_engine = local[0][0] if local else None
+    return info
+
+
+def table_comment(hook: ClickHouseHook, table: TableRef) -> str | None:
+    """The table's comment ('' when none); None when the table does not exist."""
+    rows = hook.execute(_COMMENT_SQL, {"d": table.database or hook.database, "t": table.name})
+    return str(rows[0][0]) if rows else None
+
+
+def partitions(hook: ClickHouseHook, table: TableRef) -> list[tuple[str, str]]:
+    """(partition_id, partition) of the table's active parts that hold rows (a partition moved
+    away leaves an empty active part behind for a while: it is no partition of the data)."""
+    rows = hook.execute(
+        "SELECT partition_id, any(partition) FROM system.parts WHERE database = %(d)s AND table = %(t)s "
+        "AND active AND rows > 0 GROUP BY partition_id ORDER BY partition_id",
+        {"d": table.database or hook.database, "t": table.name},
+    )
+    return [(str(pid), str(value)) for pid, value in rows]
+
+
+def table_columns(hook: ClickHouseHook, table: TableInfo) -> list[Column]:
+    """The table's columns from ``system.columns``: name, type, default_kind (a Distributed table's own)."""
+    return hook.rows(Column, COLUMNS_SQL, {"d": table.database, "t": table.name})
+
+
+def describe(hook: ClickHouseHook, statement: RenderedSQL) -> list[Column]:
+    """Run a ``DESCRIBE TABLE s3(…)``: the statement holds S3 credentials, so clickhouse-driver's logger
+    is held back (nothing of it is logged)."""
+    with quiet_loggers("clickhouse_driver"):
+        rows = hook.execute(statement.sql, settings=statement.settings)
+    return [Column(name=str(row[0]), type=str(row[1])) for row in rows]
+
+
+def has_keeper(hook: ClickHouseHook) -> bool:
+    """Whether the server has a Keeper (``ON CLUSTER`` DDL needs one); False when it cannot tell."""
+    try:
+        rows = hook.execute(KEEPER_PROBE)
+    except S3chError:
+        return False
+    return bool(rows and int(rows[0][0]) > 0)
+
+
+def run_ddl(hook: ClickHouseHook, statements: Sequence[Ddl], nodes: Sequence[ClusterNode],
+            log: logging.Logger) -> None:
+    """Run each statement where it belongs: on the hook's node, or on every node of ``nodes``.
+
+    An ALTER (``Ddl.alters``) skips a node without its table; a ``CREATE … IF NOT EXISTS`` that lost a
+    race to another creator is fine.
+    """
+    for ddl in statements:
+        if ddl.on == "every_node" and nodes:
+            for _, client in hook.node_clients(nodes):
+                _run_one(hook, ddl, client.execute)
+        else:
+            _run_one(hook, ddl, hook.client().execute)
+        if ddl.note:
+            log.info("%s", ddl.note)
+
+
+def _run_one(hook: ClickHouseHook, ddl: Ddl, execute: Callable[..., Any]) -> None:
+    try:
+        if ddl.alters is not None:
+            table = ddl.alters
+            if not execute(_EXISTS_SQL, {"d": table.database or hook.database, "t": table.name})[0][0]:
+                return
+        execute(ddl.sql)
+    except ch_errors.ServerException as exc:
+        if exc.code == TABLE_ALREADY_EXISTS and ddl.sql.startswith("CREATE TABLE IF NOT EXISTS"):
+            return
+        raise hook.translate_error(exc) from exc
+    except Exception as exc:
+        raise hook.translate_error(exc) from exc

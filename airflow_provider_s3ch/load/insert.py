@@ -1,0 +1,187 @@
+"""The ``prepare`` and ``insert`` phases: the staging table made ready, the insert run within the task's
+memory cap (stepping down to smaller plans, :mod:`airflow_provider_s3ch.core.plan.shrink`), or started over
+HTTP for the triggerer to follow (:class:`~.report.DeferLoad`); the staging table of a try that failed for
+good dropped. Which statements run is :mod:`airflow_provider_s3ch.core.recovery`'s.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from airflow_provider_s3ch.core.deferral import DeferredLoad
+from airflow_provider_s3ch.core.models import ClusterNode, LoadPlan, LoadRequest
+from airflow_provider_s3ch.core.plan.shrink import STEPS, StepName, changed, smaller
+from airflow_provider_s3ch.core.plan.shrink import step as shrink_step
+from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Step, abandon_statements, prepare_statements
+from airflow_provider_s3ch.core.sizes import fmt_bytes
+from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, render_insert
+from airflow_provider_s3ch.errors import ClickHouseUnavailableError, QueryMemoryLimitError
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.http_insert import start_insert_http
+from airflow_provider_s3ch.hooks.query_log import QueryLog, kill_query
+from airflow_provider_s3ch.hooks.server import table_comment
+from airflow_provider_s3ch.load.report import DeferLoad
+
+#: A plan with its predicted peak and its ``log_comment`` tag for a step (``plan``, ``halve``, …).
+Tag = Callable[[LoadPlan, str], LoadPlan]
+
+
+def run_steps(hook: ClickHouseHook, steps: list[Step], log: logging.Logger) -> None:
+    """Run the statements the core decided, in order, logging each one's note."""
+    for step in steps:
+        hook.execute(step.sql)
+        if step.note:
+            log.info("%s", step.note)
+
+
+class Inserter:
+    """One load's inserts on one connection; knows what runs now, for ``on_kill``.
+
+    :param hook: the ClickHouse connection.
+    :param credentials: the S3 credentials the statements carry (None: a public bucket).
+    :param log: the task's logger.
+    """
+
+    def __init__(self, hook: ClickHouseHook, credentials: S3Credentials | None, log: logging.Logger) -> None:
+        self.hook, self.queries, self.credentials, self.log = hook, QueryLog(hook), credentials, log
+        #: The queries running now, and their nodes (what ``on_kill`` kills).
+        self.running: tuple[list[str], Sequence[ClusterNode]] | None = None
+        #: The smaller plan an insert of this load needed after a memory limit (later chunks start from it).
+        self.memory_step: StepName | None = None
+
+    def kill(self) -> None:
+        """Kill what runs now, on every node it runs on."""
+        if self.running is not None:
+            query_ids, nodes = self.running
+            for query_id in query_ids:
+                self.log.info("Killing query %s", query_id)
+                kill_query(self.hook, query_id, nodes)
+
+    # ------------------------------------------------------------------ prepare
+    def prepare(self, steps: LoadSteps, query_id: QueryId) -> None:
+        """Make the staging table ready (dropping an earlier try's leftover)."""
+        if steps.staging is not None:
+            # A first try's staging table cannot be there (the name holds the try's stem): no read to say so.
+            left = query_id.try_number > 1 and table_comment(self.hook, steps.staging) is not None
+            run_steps(self.hook, prepare_statements(steps, staging_exists=left), self.log)
+
+    def abandon_if_idle(self, steps: LoadSteps, query_id: str, nodes: Sequence[ClusterNode]) -> None:
+        """Drop the staging table of a try that failed, unless its query still runs (best effort: the load's
+        own error goes on; the next try drops it)."""
+        if steps.staging is None:
+            return
+        try:
+            if not self.queries.running_queries([query_id], nodes):
+                run_steps(self.hook, abandon_statements(steps), self.log)
+        except Exception as exc:  # noqa: BLE001 - best effort, the load's own error goes on
+            self.log.warning("Could not drop staging table %s: %s", steps.staging, exc)
+
+    # ------------------------------------------------------------------ insert
+    def within_cap(
+        self, plan: LoadPlan, rendered: RenderedSQL, query_id: QueryId, nodes: Sequence[ClusterNode],
+        steps: LoadSteps, request: LoadRequest, cores: int, tag: Tag,
+    ) -> tuple[LoadPlan, RenderedSQL, list[dict[str, Any]]]:
+        """The insert; after the load's own memory limit (``memory_cap``), the same insert again with smaller
+        plans while the target is untouched (a staging table), each attempt logged and recorded.
+        ``max_memory_usage`` stays the cap throughout. A later chunk of the same load starts from the step
+        that fitted, and so does a load whose last load at the same cap needed one (``plan.history``)."""
+        first = plan.settings
+        names = list(STEPS)
+        attempts: list[dict[str, Any]] = []
+        current = "plan"
+        learned_step = (plan.history or {}).get("start_step")
+        start = self.memory_step or (learned_step if learned_step in STEPS else None)
+        if start is not None:  # an earlier chunk, or the last load at this cap, needed a smaller plan: start there
+            current = start
+            names = names[names.index(current) + 1:]
+            plan = tag(plan.model_copy(update={"settings": smaller(first, current, cores=cores,
+                                                                   user=request.settings)}), current)
+            rendered = render_insert(plan, self.credentials, target=steps.staging)
+            if self.memory_step is None:
+                self.log.info("Starting from step %r: the last load of this target and files at this memory cap "
+                              "needed it (learned from system.query_log)", current)
+        while True:
+            try:
+                self.insert(rendered, query_id, nodes, steps)
+            except QueryMemoryLimitError as exc:
+                why = str(exc).partition("DB::Exception: ")[2].partition(";")[0].strip()[:300] or str(exc)[:300]
+                attempts.append({"step": current, "settings": changed(first, plan.settings) if current != "plan"
+                                 else dict(plan.settings.values), "error": why})
+                if steps.staging is None:
+                    raise QueryMemoryLimitError(
+                        f"{exc}; the load went straight into {steps.target} ({steps.reason}), so it is not tried "
+                        "again with a smaller plan in this task: raise memory_cap, or load into a local MergeTree "
+                        "table"
+                    ) from exc
+                while names:
+                    name = names.pop(0)
+                    smaller_settings = smaller(first, name, cores=cores, user=request.settings)
+                    if changed(plan.settings, smaller_settings):
+                        break
+                else:
+                    tried = "; ".join(f"{a['step']}: {a['error']}" for a in attempts)
+                    raise QueryMemoryLimitError(
+                        f"the load does not fit memory_cap {fmt_bytes(plan.budget_bytes)} with any plan; tried "
+                        f"{len(attempts)}: {tried}; raise memory_cap (the server's max_memory_usage for this load), "
+                        "or load fewer or smaller files at once (max_files_per_load with skip_loaded=True)"
+                    ) from exc
+                self.log.warning("The load hit its memory limit (%s): loading again in this task with a smaller "
+                                 "plan, step %r: %s", why, name, shrink_step(name).reason)
+                plan = tag(plan.model_copy(update={"settings": smaller_settings}), name)
+                rendered = render_insert(plan, self.credentials, target=steps.staging)
+                for setting, value in changed(first, smaller_settings).items():
+                    self.log.info("  %s = %s: %s", setting, value, smaller_settings.reasons.get(setting, ""))
+                current = name
+                continue
+            if current != "plan":
+                attempts.append({"step": current, "settings": changed(first, plan.settings), "error": None,
+                                 **({"from_history": True} if current == learned_step and not attempts else {})})
+                self.memory_step = current
+            return plan, rendered, attempts
+
+    def insert(self, rendered: RenderedSQL, query_id: QueryId, nodes: Sequence[ClusterNode], steps: LoadSteps) -> None:
+        """One insert over the native protocol, into the staging table when there is one."""
+        self.prepare(steps, query_id)
+        self.running = ([str(query_id)], nodes)
+        try:
+            self.hook.run_insert(rendered.sql, query_id=str(query_id), settings=rendered.settings, log=self.log)
+        except ClickHouseUnavailableError:
+            raise  # the server may still be running the load: leave the staging table to the retry
+        except Exception:
+            self.abandon_if_idle(steps, str(query_id), nodes)
+            raise
+        finally:
+            self.running = None
+
+    def start_deferred(
+        self, rendered: RenderedSQL, query_id: QueryId, steps: LoadSteps, insert_nodes: Sequence[ClusterNode],
+        fan_out: Sequence[ClusterNode], load: dict[str, Any],
+    ) -> None:
+        """Start the insert over HTTP (the server runs it without this process) and signal the deferral
+        (:class:`DeferLoad`) with what the resumed task needs (``load``: the
+        :class:`~airflow_provider_s3ch.core.deferral.DeferredLoad` fields but the statement and its start);
+        returns only when the server finished it before it could be seen running (the load then goes on
+        here, as one that did not defer)."""
+        self.prepare(steps, query_id)
+        self.running = ([str(query_id)], insert_nodes)
+        try:
+            finished = start_insert_http(self.hook, rendered.sql, query_id=str(query_id),
+                                         settings=rendered.settings, log=self.log)
+        except ClickHouseUnavailableError:
+            raise  # the server may still run the load: the staging table is the retry's
+        except Exception:
+            self.abandon_if_idle(steps, str(query_id), insert_nodes)
+            raise
+        finally:
+            self.running = None
+        if finished:
+            self.log.info("The server finished query %s before it was seen running: finishing the load here",
+                          query_id)
+            return
+        carried = DeferredLoad.carry(sql=rendered.redacted, query_id=str(query_id), steps=steps,
+                                     insert_nodes=list(insert_nodes), fan_out=list(fan_out), **load)
+        raise DeferLoad(kind="insert", query_ids=[str(query_id)],
+                        nodes=[n.model_dump(mode="json") for n in fan_out or insert_nodes],
+                        load=carried.model_dump(mode="json"))

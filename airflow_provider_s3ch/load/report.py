@@ -1,0 +1,169 @@
+"""What a load run hands back: a typed report (the XCom is its JSON dump), or a signal to defer or to skip.
+
+Every kind of load ends in :func:`build_report` or in one of the short reports here (a dry run, nothing new):
+plain, chunked, attached and deferred loads share it, so a key added here is added for all of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from airflow_provider_s3ch.core.ledger import WHOLE_FILE
+from airflow_provider_s3ch.core.metrics import peak_ratio, summary
+from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, S3Object, TableInfo
+from airflow_provider_s3ch.core.recovery import LoadSteps
+
+
+class LoadReport(BaseModel):
+    """The XCom ``return_value`` of a load, typed. Which keys a kind of load reports is fixed (docs/xcom.md,
+    the goldens in tests/integration/goldens): :meth:`to_xcom` dumps the fields a load set, None included."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # the plan and the figures from system.query_log (core/metrics.py summary)
+    query_id: str | None = None
+    table: str | None = None
+    strategy: str | None = None
+    strategy_reason: str | None = None
+    files: int | None = None
+    bytes: int | None = None
+    format: str | None = None
+    compression: str | None = None
+    settings: dict[str, Any] | None = None
+    settings_reasons: dict[str, str] | None = None
+    overrides: list[str] | None = None
+    budget_bytes: int | None = None
+    written_rows: int | None = None
+    written_bytes: int | None = None
+    read_rows: int | None = None
+    read_bytes: int | None = None
+    duration_ms: int | None = None
+    workload: str | None = None
+    admission_wait_ms: int | None = None
+    run_ms: int | None = None
+    memory_usage: int | None = None
+    predicted_memory_usage: int | None = None
+    predicted_memory_reason: str | None = None
+    memory_vs_predicted: float | None = None
+    history: dict[str, Any] | None = None
+    rows_per_second: float | None = None
+    wall_ms: int | None = None
+    nodes: list[dict[str, Any]] | None = None
+    checks: list[dict[str, Any]] | None = None
+    warnings: list[str] | None = None
+    # how the rows reached the target
+    mode: str | None = None
+    mode_reason: str | None = None
+    attached_to: str | list[str] | None = None
+    staging_table: str | None = None
+    resume_reason: str | None = None
+    partitions: list[str] | None = None
+    table_changes: dict[str, Any] | None = None
+    memory_attempts: list[dict[str, Any]] | None = None
+    chunks: list[Any] | None = None
+    ledger: dict[str, Any] | None = None
+    # a dry run
+    dry_run: bool | None = None
+    sql: str | None = None
+    plan: dict[str, Any] | None = None
+    steps: dict[str, Any] | None = None
+
+    def to_xcom(self) -> dict[str, Any]:
+        """The JSON-safe dict Airflow stores: the keys this kind of load sets, None values included."""
+        return self.model_dump(mode="json", exclude_unset=True)
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """One insert's outcome (the load's, or one chunk's)."""
+
+    plan: LoadPlan
+    #: The target as the insert wrote it.
+    target: TableInfo
+    steps: LoadSteps
+    #: The XCom's ``table_changes``: what the load did to the target's table (created, columns added).
+    table: dict[str, Any]
+    resume_reason: str
+    attached_to: str | None
+    #: The statement as logged (credentials redacted); None when a deferred load had it too long to carry.
+    sql: str | None
+    #: The files it read; None when a deferred load had too many to carry.
+    files: list[S3Object] | None
+    chunk: int = WHOLE_FILE
+    #: The inserts tried after a memory limit (empty when the first plan fitted).
+    memory_attempts: list[dict[str, Any]] = field(default_factory=list)
+    #: Its figures from ``system.query_log`` and the partitions it brought in, once complete.
+    metrics: LoadMetrics | None = None
+    partitions: list[str] = field(default_factory=list)
+
+    def done(self, metrics: LoadMetrics, partitions: list[str]) -> Loaded:
+        """The insert, complete."""
+        return replace(self, metrics=metrics, partitions=partitions)
+
+    def figures(self) -> dict[str, Any]:
+        """The chunk's entry in the XCom's ``chunks``."""
+        m, files = self.metrics, self.files or []
+        assert m is not None
+        return {"chunk": self.chunk, "query_id": m.query_id, "files": len(files),
+                "bytes": sum(o.size for o in files), "written_rows": m.written_rows,
+                "written_bytes": m.written_bytes, "duration_ms": m.duration_ms, "memory_usage": m.memory_usage,
+                "attached_to": self.attached_to, "partitions": self.partitions}
+
+
+def build_report(
+    loads: list[Loaded], metrics: LoadMetrics, partitions: list[str], *, wall_ms: int,
+    ledger: dict[str, Any] | None = None, chunked: bool = False,
+) -> LoadReport:
+    """The report of a load that ran (or attached to an earlier try): one insert, or its chunks'."""
+    last = loads[-1]
+    attached = [one.attached_to for one in loads if one.attached_to]
+    result = summary(last.plan, metrics, wall_ms=wall_ms)
+    result.update({"mode": last.steps.mode, "mode_reason": last.steps.reason,
+                   "attached_to": attached[0] if len(loads) == 1 and attached else (attached or None),
+                   "staging_table": str(last.steps.staging) if last.steps.staging else None,
+                   "resume_reason": last.resume_reason, "partitions": partitions, "table_changes": loads[0].table,
+                   "warnings": list(dict.fromkeys([*(w for one in loads for w in one.plan.warnings),
+                                                   *last.steps.warnings]))})
+    predicted = [one.plan.predicted_peak_bytes for one in loads if one.plan.predicted_peak_bytes]
+    if len(loads) > 1 and predicted:  # chunks: the largest chunk's prediction beside the largest chunk's peak
+        result.update(predicted_memory_usage=max(predicted),
+                      memory_vs_predicted=peak_ratio(metrics.memory_usage, max(predicted)))
+    result["memory_attempts"] = [{**a, **({"chunk": one.chunk} if one.chunk else {})}
+                                 for one in loads for a in one.memory_attempts]
+    if len(loads) > 1 or chunked:
+        files = [o for one in loads for o in one.files or []]
+        result.update(files=len(files), bytes=sum(o.size for o in files), chunks=[one.figures() for one in loads])
+    if ledger is not None:
+        result["ledger"] = ledger
+    return LoadReport(**result)
+
+
+def dry_run_report(query_id: str, sql: str, plan: LoadPlan, steps: LoadSteps, table: dict[str, Any],
+                   ledger: dict[str, Any] | None) -> LoadReport:
+    """A dry run's report: the plan, the statement (credentials redacted) and the steps; nothing loaded."""
+    return LoadReport(dry_run=True, query_id=query_id, sql=sql, plan=plan.model_dump(mode="json"), mode=steps.mode,
+                      steps=steps.model_dump(mode="json"), table_changes=table,
+                      **({"ledger": ledger} if ledger is not None else {}))
+
+
+class DeferLoad(Exception):
+    """The signal out of the insert (or the wait for earlier tries): hand the rest to Airflow's triggerer.
+
+    :param kind: ``insert`` (the load's own query runs on the server) or ``wait`` (earlier tries run).
+    :param query_ids: the queries the trigger follows.
+    :param nodes: the nodes they run on (``ClusterNode`` dicts).
+    :param deadline: when a wait gives up (seconds since the epoch), or None.
+    :param load: with ``insert``: the :class:`~airflow_provider_s3ch.core.deferral.DeferredLoad` as JSON.
+    """
+
+    def __init__(self, *, kind: str, query_ids: list[str], nodes: list[dict[str, Any]], deadline: float | None = None,
+                 load: dict[str, Any] | None = None) -> None:
+        super().__init__(f"defer ({kind}): {', '.join(query_ids)}")
+        self.kind, self.query_ids, self.nodes, self.deadline, self.load = kind, query_ids, nodes, deadline, load
+
+
+class NothingNew(Exception):
+    """The signal of an incremental run without a new file under ``skip_when_empty``: the task is skipped."""

@@ -1,0 +1,390 @@
+"""One load run, in the phases a reader can name and find:
+
+``target``   the profile and plan for the target; the table created, evolved and checked (:mod:`.target`)
+``prepare``  the staging table made ready (:mod:`.insert`)
+``resume``   the earlier tries looked at: wait for one that runs, attach to one that finished
+``insert``   within the memory cap, stepping down; or started over HTTP, and the deferral signalled
+``complete`` the figures from ``system.query_log``, the staging table brought in, the ledger marks, the
+             lineage facts and the typed report (:mod:`.report`)
+
+A synchronous load runs :meth:`LoadRun.run`; a deferred one resumes in :meth:`LoadRun.complete_deferred`,
+which enters the very same ``complete``. The run knows no Airflow: it signals a deferral (:class:`DeferLoad`)
+or a skip (:class:`NothingNew`) and the operator turns them into Airflow's.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_s3ch.core.deferral import SETTLE_SECONDS, DeferredLoad
+from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
+from airflow_provider_s3ch.core.history import Learned, TagFacts, history_key, learn
+from airflow_provider_s3ch.core.history import tag as history_tag
+from airflow_provider_s3ch.core.ledger import WHOLE_FILE, Chunk
+from airflow_provider_s3ch.core.lineage import LoadFacts
+from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics
+from airflow_provider_s3ch.core.models import ClusterNode, LoadPlan, LoadRequest, Manifest, ServerProfile
+from airflow_provider_s3ch.core.plan import peak_estimate
+from airflow_provider_s3ch.core.recovery import (
+    LoadSteps,
+    QueryId,
+    Resume,
+    decide_resume,
+    finalize_statements,
+    plan_steps,
+)
+from airflow_provider_s3ch.core.schema import Column
+from airflow_provider_s3ch.core.sizes import fmt_bytes
+from airflow_provider_s3ch.core.sql import render_insert, shorten
+from airflow_provider_s3ch.core.tables import TableSpec
+from airflow_provider_s3ch.errors import LoadError, S3chError
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.query_log import QueryLog
+from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
+from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_comment
+from airflow_provider_s3ch.load.insert import Inserter, run_steps
+from airflow_provider_s3ch.load.ledger import LedgerRun
+from airflow_provider_s3ch.load.report import DeferLoad, Loaded, LoadReport, build_report, dry_run_report
+from airflow_provider_s3ch.load.target import prepare_target
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """What the run needs beside the request: the connections, the table to create, and how it waits.
+
+    :param defers: the load starts its insert over HTTP and signals a deferral (``deferrable``, no ledger).
+    """
+
+    clickhouse_conn_id: str
+    aws_conn_id: str | None
+    table_spec: TableSpec | None = None
+    defers: bool = False
+    earlier_try_timeout: float = 6 * 3600.0
+    claim_timeout: float = 900.0
+    learn_from_history: bool = True
+
+
+class LoadRun:
+    """One load: ``target`` -> ``prepare`` -> ``resume`` -> ``insert`` -> ``complete``.
+
+    :param request: the validated arguments.
+    :param options: the run's options.
+    :param log: the task's logger.
+    """
+
+    def __init__(self, request: LoadRequest, options: RunOptions, log: logging.Logger) -> None:
+        self.request, self.options, self.log = request, options, log
+        #: The inserts of the run (what ``on_kill`` kills); None before the first.
+        self.inserter: Inserter | None = None
+        #: What the load's lineage and asset events say (None: a dry run, or nothing loaded).
+        self.lineage: LoadFacts | None = None
+        self._learned: Learned | None = None
+        self._key = ""
+        #: The target's columns as the last ``target`` phase read them (None: read again for the lineage).
+        self._columns: list[Column] | None = None
+
+    def kill(self) -> None:
+        """Kill the queries the run waits for or runs now."""
+        if self.inserter is not None:
+            self.inserter.kill()
+
+    # ------------------------------------------------------------------ a synchronous start
+    def run(self, query_id: QueryId, first_try: int) -> LoadReport:
+        """The whole load, or up to its deferral (:class:`DeferLoad`).
+
+        :param query_id: this try's query id.
+        :param first_try: the first try since the task instance was cleared (earlier ones are not attached to).
+        """
+        started = time.monotonic()
+        request = self.request
+        source = S3Source(self.options.aws_conn_id)
+        manifest = build_manifest(source.client(), request)
+        self.log.info("Manifest: %d files, %d bytes, format %s, compression %s, bucket region %s",
+                      manifest.file_count, manifest.total_bytes, manifest.format, manifest.compression,
+                      manifest.region)
+        hook = ClickHouseHook(self.options.clickhouse_conn_id)
+        self.inserter = Inserter(hook, source.credentials(), self.log)
+        ledger = None
+        loads: list[Loaded] = []
+        try:
+            table = request.table.model_copy(update={"database": request.table.database or hook.database})
+            self._key = history_key(f"{table.database}.{table.name}", request.bucket, request.key_pattern,
+                                    request.format or manifest.format)
+            if self.options.learn_from_history and "log_comment" not in request.settings:
+                self._learned = learn(self.inserter.queries.past_loads(self._key),
+                                      footers=bool(manifest.uncompressed_bytes))
+            url = object_url(request.bucket, request.key_pattern,
+                             endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
+                             archive_syntax=archive_path_syntax(request.settings))
+            if not request.skip_loaded:
+                one = self._one(hook, source, manifest, url, query_id, first_try, started=started)
+                if isinstance(one, LoadReport):
+                    return one
+                return self._complete(hook, [one], wall_ms=int((time.monotonic() - started) * 1000),
+                                      columns=self._columns, objects=manifest.objects)
+            # the ledger: the files no load recorded, claimed for this one, in chunks (docs/ledger.md)
+            ledger = LedgerRun(hook, request, query_id, claim_timeout=self.options.claim_timeout, log=self.log)
+            chunks = ledger.prepare(manifest, url)
+            if not chunks:
+                return ledger.nothing_new(int((time.monotonic() - started) * 1000))
+            for chunk in chunks:  # each chunk its own insert and staging table, committed in order
+                begun = ledger.begin(chunk)
+                if begun is None:
+                    continue
+                chunk, part, part_url = begun
+                if chunk.number != WHOLE_FILE:
+                    self.log.info("Chunk%s", chunk.describe().removeprefix("chunk"))
+                one = self._one(hook, source, part, part_url, ledger.query_id_of(chunk), first_try, ledger=ledger,
+                                chunk=chunk, started=started)
+                if isinstance(one, LoadReport):  # a dry run: the first chunk's plan
+                    return one.model_copy(update={"ledger": ledger.summary(), "chunks": [
+                        c.describe() for c in chunks if c.number != WHOLE_FILE]})
+                loads.append(one)
+            if not loads:  # every file was taken by another load while this one renewed its claims
+                return ledger.nothing_new(int((time.monotonic() - started) * 1000))
+            return self._complete(hook, loads, wall_ms=int((time.monotonic() - started) * 1000),
+                                  columns=self._columns, objects=[o for one in loads for o in one.files or []],
+                                  ledger=ledger.summary, chunked=bool(ledger.selection.chunks))
+        except BaseException:
+            if ledger is not None:  # give the claims back when nothing of the load can still land
+                ledger.abandon()
+            raise
+        finally:
+            hook.close()
+
+    def _one(
+        self, hook: ClickHouseHook, source: S3Source, manifest: Manifest, url: str, query_id: QueryId,
+        first_try: int, *, ledger: LedgerRun | None = None, chunk: Chunk | None = None, started: float,
+    ) -> Loaded | LoadReport:
+        """One insert, the load's or one chunk's, through every phase; a dry run's report for a dry run."""
+        request, inserter = self.request, self.inserter
+        assert inserter is not None
+        # target
+        facts = prepare_target(hook, source.credentials(), request, manifest, url, spec=self.options.table_spec,
+                               learned=self._learned, log=self.log)
+        self._columns = facts.columns
+        profile = facts.profile
+        plan = self._tagged(facts.plan, manifest, profile, "plan")
+        steps = plan_steps(request.mode, profile.table, query_id.stem)
+        if ledger is not None:  # only a load through a staging table
+            ledger.check(steps, plan)
+        rendered = render_insert(plan, source.credentials(), target=steps.staging)
+        self._log_plan(plan, steps, rendered.redacted, profile)
+        if request.dry_run:
+            return dry_run_report(str(query_id), rendered.redacted, plan, steps, facts.changes,
+                                  ledger.summary() if ledger is not None else None)
+        distributed = plan.strategy == "distributed"
+        fan_out = profile.nodes if distributed or profile.table.is_distributed else []
+        # resume
+        resume = self._resume(query_id, first_try, fan_out)
+        attached_to = resume.query_ids[0] if resume.action == "attach" else None
+        attempts: list[dict[str, Any]] = []
+        if ledger is not None and chunk is not None:  # an insert the ledger knows finished is not repeated
+            attached_to = ledger.attach_to(resume, chunk) or attached_to
+        # prepare + insert
+        if attached_to is None and self.options.defers:
+            inserter.start_deferred(rendered, query_id, steps, profile.nodes if distributed else [], fan_out, {
+                "objects": manifest.objects, "resume_reason": resume.reason, "plan": plan, "table": profile.table,
+                "distributed": distributed, "table_changes": facts.changes, "bucket": request.bucket,
+                "started_at": time.time() - (time.monotonic() - started)})
+        elif attached_to is None:
+            plan, rendered, attempts = inserter.within_cap(
+                plan, rendered, query_id, profile.nodes if distributed else [], steps, request, profile.cores,
+                tag=lambda p, name: self._tagged(p, manifest, profile, name))
+        # complete (this insert)
+        return self._complete_insert(
+            hook, Loaded(plan=plan, target=profile.table, steps=steps, table=facts.changes,
+                         resume_reason=resume.reason, attached_to=attached_to,
+                         sql=rendered.redacted, files=list(manifest.objects),
+                         chunk=chunk.number if chunk is not None else WHOLE_FILE, memory_attempts=attempts),
+            query_id=attached_to or str(query_id), fan_out=fan_out, distributed=distributed,
+            inserted_now=attached_to is None, ledger=ledger, chunk=chunk)
+
+    # ------------------------------------------------------------------ resume
+    def _resume(self, query_id: QueryId, first_try: int, nodes: Sequence[ClusterNode]) -> Resume:
+        """Find the earlier tries' queries; wait for running ones; decide load or attach. Try 1 has no
+        earlier try (a cleared task instance goes on with the next try number): nothing to read."""
+        inserter = self.inserter
+        assert inserter is not None
+        if query_id.try_number <= 1:
+            resume = Resume(action="load", reason="the first try: no earlier try of this task instance ran a load")
+            self.log.info("Try %d: %s", query_id.try_number, resume.reason)
+            return resume
+        timeout = self.options.earlier_try_timeout
+        while True:
+            resume = decide_resume(inserter.queries.earlier_tries(query_id, nodes), query_id.try_number, first_try)
+            if resume.action != "wait":
+                self.log.info("Try %d: %s", query_id.try_number, resume.reason)
+                return resume
+            self.log.info("%s: waiting for it (up to %.0f s)", resume.reason, timeout)
+            if self.options.defers:  # the triggerer waits; the task then looks again
+                raise DeferLoad(kind="wait", query_ids=list(resume.query_ids),
+                                nodes=[n.model_dump(mode="json") for n in nodes], deadline=time.time() + timeout)
+            inserter.running = (resume.query_ids, nodes)
+            try:
+                inserter.queries.wait_for_queries(resume.query_ids, nodes, timeout=timeout, log=self.log)
+            finally:
+                inserter.running = None
+            # A query that just left system.processes may reach system.query_log a moment later.
+            for waited in resume.query_ids:
+                try:
+                    inserter.queries.entry(waited, nodes, wait=SETTLE_SECONDS)
+                except Exception as exc:  # noqa: BLE001 - failed or missing: the next look decides
+                    self.log.info("Earlier try %s: %s", waited, exc)
+
+    # ------------------------------------------------------------------ a deferred load resumes
+    def complete_deferred(self, event: dict[str, Any]) -> LoadReport:
+        """Finish a deferred load from what its trigger saw: the same ``complete`` as a synchronous load's;
+        the load's error when it failed (its staging table dropped unless its query still runs)."""
+        from airflow_provider_s3ch import errors
+
+        status, message = event.get("status"), str(event.get("message") or f"the trigger fired {event!r}")
+        if status == "timeout":
+            raise LoadError(message)
+        if status == "error" or not event.get("load"):
+            cls = getattr(errors, str(event.get("error") or ""), None)
+            raise (cls if isinstance(cls, type) and issubclass(cls, S3chError) else LoadError)(message)
+        load = DeferredLoad.model_validate(event["load"])
+        hook = ClickHouseHook(self.options.clickhouse_conn_id)
+        self.inserter = Inserter(hook, None, self.log)
+        try:
+            if status != "finished":
+                if status != "failed":
+                    raise LoadError(message)
+                error = hook.server_error(int(event.get("error_code") or 0), message)
+                self.inserter.abandon_if_idle(load.steps, load.query_id, load.insert_nodes)
+                raise error
+            self.log.info("%s", message)
+            one = self._complete_insert(
+                hook, Loaded(plan=load.plan, target=load.table, steps=load.steps, table=load.table_changes,
+                             resume_reason=load.resume_reason, attached_to=None,
+                             sql=load.sql, files=load.objects),
+                query_id=load.query_id, fan_out=load.fan_out, distributed=load.distributed, inserted_now=False)
+            return self._complete(hook, [one], wall_ms=int((time.time() - load.started_at) * 1000), columns=None,
+                                  objects=load.objects)
+        finally:
+            hook.close()
+
+    # ------------------------------------------------------------------ complete
+    def _complete_insert(
+        self, hook: ClickHouseHook, one: Loaded, *, query_id: str, fan_out: Sequence[ClusterNode], distributed: bool,
+        inserted_now: bool, ledger: LedgerRun | None = None, chunk: Chunk | None = None,
+    ) -> Loaded:
+        """One insert's end: its figures from ``system.query_log``, the staging table brought into the
+        target (the ledger marks around it)."""
+        queries = QueryLog(hook)
+        entry = queries.entry(query_id, fan_out)
+        metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
+                               distributed=distributed, target_distributed=one.target.is_distributed)
+        if ledger is not None and chunk is not None:  # the staging table holds the files: pending first
+            ledger.pending(metrics, chunk)
+        moved = self._finalize(hook, one.steps, inserted_now=inserted_now) if one.steps.staging is not None else []
+        if ledger is not None and chunk is not None:  # the partitions are in the target
+            ledger.loaded(metrics, chunk)
+        return one.done(metrics, moved)
+
+    def _finalize(self, hook: ClickHouseHook, steps: LoadSteps, *, inserted_now: bool) -> list[str]:
+        """Bring the staging table's rows into the target; idempotent, so a retry can resume it.
+
+        :param inserted_now: this try's own insert just filled the staging table: it exists, and moving or
+            replacing partitions needs no comment (one round trip less each; ``overwrite`` reads them).
+        """
+        staging = steps.staging
+        assert staging is not None
+        known = inserted_now and steps.finalize != "exchange"
+        staging_comment = "" if known else table_comment(hook, staging)
+        finalize = finalize_statements(
+            steps,
+            staging_comment=staging_comment,
+            target_comment=None if steps.finalize != "exchange" else table_comment(hook, steps.target),
+            staging_partitions=partitions(hook, staging) if staging_comment is not None else [],
+            target_partitions=partitions(hook, steps.target) if steps.finalize == "exchange" else [],
+        )
+        run_steps(hook, finalize.steps, self.log)
+        if finalize.done_before:
+            self.log.info("Staging table %s is gone: an earlier try finished this load", staging)
+        return finalize.partitions
+
+    def _complete(
+        self, hook: ClickHouseHook, loads: list[Loaded], *, wall_ms: int, columns: list[Column] | None,
+        objects: list[Any] | None, ledger: Any = None, chunked: bool = False,
+    ) -> LoadReport:
+        """The load's end, whatever its kind: the lineage facts, the report and its log line."""
+        metrics = combine_chunks([one.metrics for one in loads if one.metrics is not None])
+        moved = sorted({p for one in loads for p in one.partitions})
+        self._keep_lineage(hook, loads, metrics, moved, columns, objects)
+        report = build_report(loads, metrics, moved, wall_ms=wall_ms, ledger=ledger() if ledger else None,
+                              chunked=chunked)
+        attached, steps = report.attached_to, loads[-1].steps
+        self.log.info("%s %d rows (%d bytes) in %d ms%s%s: %.0f rows/s, peak memory %d bytes; %s",
+                      f"Took the figures of earlier try {attached}:" if isinstance(attached, str) else "Loaded",
+                      metrics.written_rows, metrics.written_bytes, metrics.duration_ms,
+                      f" over {len(loads)} chunks" if len(loads) > 1 else "",
+                      f" (waited {metrics.admission_wait_ms} ms for admission, ran {metrics.run_ms} ms)"
+                      if metrics.admission_wait_ms else "", metrics.rows_per_second,
+                      metrics.memory_usage, f"{steps.mode} of partitions {', '.join(moved)}" if moved else steps.mode)
+        return report
+
+    def _keep_lineage(self, hook: ClickHouseHook, loads: list[Loaded], metrics: Any, moved: list[str],
+                      columns: list[Column] | None, objects: list[Any] | None) -> None:
+        """What the load's lineage and asset events say (names, the table's columns, the figures; no
+        credentials): the files as listed (again, when a deferred load had too many to carry)."""
+        last = loads[-1]
+        try:
+            if objects is None:
+                objects = build_manifest(S3Source(self.options.aws_conn_id).client(), self.request).objects
+            columns = columns if columns is not None else table_columns(hook, last.target)
+        except Exception as exc:  # noqa: BLE001 - lineage is best effort; the load stands
+            self.log.warning("Lineage: could not read the files or the columns of %s.%s: %s", last.target.database,
+                             last.target.name, exc)
+            if objects is None:
+                return
+            columns = []
+        self.lineage = LoadFacts(
+            bucket=self.request.bucket, objects=objects, host=hook.host, port=hook.port,
+            database=last.target.database, table=last.target.name, columns=columns, query_id=metrics.query_id,
+            written_rows=metrics.written_rows, written_bytes=metrics.written_bytes, read_rows=metrics.read_rows,
+            read_bytes=metrics.read_bytes, mode=last.steps.mode, created=bool(loads[0].table.get("created")),
+            partitions=moved, attached_to=last.attached_to, sql=last.sql,
+        )
+
+    # ------------------------------------------------------------------ the plan's tag and log
+    def _tagged(self, plan: LoadPlan, manifest: Manifest, profile: ServerProfile, step: str) -> LoadPlan:
+        """``plan`` with its predicted peak memory for its settings now and, unless the user set one or
+        ``learn_from_history`` is off, the ``log_comment`` tag later loads learn from."""
+        estimate = peak_estimate(plan, manifest, profile)
+        plan = plan.model_copy(update={"predicted_peak_bytes": estimate.bytes,
+                                       "predicted_peak_reason": estimate.reason})
+        if not self.options.learn_from_history or "log_comment" in plan.settings.overrides:
+            return plan
+        facts = TagFacts(file_bytes=manifest.total_bytes, model_bytes=estimate.model_bytes,
+                         cap=int(plan.settings.values.get("max_memory_usage") or 0), step=step)
+        values = {**plan.settings.values, "log_comment": history_tag(self._key, facts)}
+        reasons = {**plan.settings.reasons, "log_comment": "tags the insert for later loads of this target and "
+                   "files to learn from (learn_from_history, docs/tuning.md)"}
+        return plan.model_copy(update={"settings": plan.settings.model_copy(update={"values": values,
+                                                                                    "reasons": reasons})})
+
+    def _log_plan(self, plan: LoadPlan, steps: LoadSteps, redacted_sql: str, profile: ServerProfile) -> None:
+        log = self.log
+        log.info("Server: ClickHouse %s, %d cores, memory %d bytes (%s), cluster %s with %d nodes, target %s",
+                 profile.version, profile.cores, profile.memory_bytes, profile.memory_source,
+                 profile.cluster, len(profile.nodes), profile.table.engine)
+        log.info("Strategy: %s (%s)", plan.strategy, plan.strategy_reason)
+        log.info("Memory budget: %d bytes (%s)", plan.budget_bytes, plan.budget_reason)
+        for name, value in plan.settings.values.items():
+            log.info("  %s = %s: %s", name, value, plan.settings.reasons.get(name, ""))
+        if plan.predicted_peak_bytes:
+            log.info("Predicted peak memory: %s (%s)", fmt_bytes(plan.predicted_peak_bytes), plan.predicted_peak_reason)
+        for change in (plan.history or {}).get("changes", []):
+            log.info("Learned from %d earlier load(s): %s", plan.history["loads"], change)
+        for check in plan.checks:
+            log.info("Check %s: %s: %s", check.name, check.status, check.message)
+        for warning in [*plan.warnings, *steps.warnings]:
+            log.warning("%s", warning)
+        log.info("SQL: %s", shorten(redacted_sql))
+        log.info("Mode %s: %s", steps.mode, steps.reason)

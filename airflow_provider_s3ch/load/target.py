@@ -1,0 +1,149 @@
+"""The ``target`` phase: the server's profile and the plan for the target, the table created when missing
+(``create_table``), its columns added (``on_schema_change='add_columns'``) and checked against the files.
+
+What to create, add or warn of is :mod:`airflow_provider_s3ch.core.tables`' and
+:mod:`~airflow_provider_s3ch.core.schema`'s; this phase reads the facts and runs the DDL they return.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_provider_s3ch.core.history import Learned
+from airflow_provider_s3ch.core.models import Check, LoadPlan, LoadRequest, Manifest, ServerProfile, TableInfo
+from airflow_provider_s3ch.core.plan import make_plan
+from airflow_provider_s3ch.core.schema import (
+    Column,
+    add_check,
+    check_schema,
+    left_out,
+    sample_file,
+    schema_reads,
+    unchecked,
+)
+from airflow_provider_s3ch.core.sql import S3Credentials, render_describe, scrub
+from airflow_provider_s3ch.core.tables import (
+    Evolution,
+    TableSpec,
+    creation,
+    evolution_skipped,
+    evolve,
+    planned_table,
+    with_added,
+)
+from airflow_provider_s3ch.errors import ClickHouseQueryError, LoadError
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.server import describe, get_profile, has_keeper, run_ddl, table_columns
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """The target as the load will write it: the profile, the plan, what changed (the XCom's
+    ``table_changes``) and its columns as read (None when they changed or a dry run planned them)."""
+
+    profile: ServerProfile
+    plan: LoadPlan
+    changes: dict[str, Any]
+    columns: list[Column] | None
+
+
+def prepare_target(
+    hook: ClickHouseHook, credentials: S3Credentials | None, request: LoadRequest, manifest: Manifest, url: str, *,
+    spec: TableSpec | None, learned: Learned | None, log: logging.Logger,
+) -> TargetFacts:
+    """Create, evolve and check the target; plan the load against it. A dry run changes nothing: it plans
+    against the table as it would be."""
+    target = request.table.model_copy(update={"database": request.table.database or hook.database})
+    missing = None if spec is None else planned_table(
+        target, spec, distributed=request.strategy == "distributed", cluster=request.cluster or hook.cluster)
+    profile = get_profile(hook, request.table, cluster=request.cluster, missing=missing, workload=request.workload)
+    plan = make_plan(request, manifest, profile, source_url=url, learned=learned)
+
+    def keeper() -> bool:  # read only when DDL is made (creating the table, adding columns)
+        return profile.table.is_distributed and has_keeper(hook)
+
+    report: dict[str, Any] = {"created": None, "ddl": [], "added_columns": [], "left_out_columns": [],
+                              "on_schema_change": request.schema_change}
+    columns: list[Column] | None = None
+    if spec is not None and not profile.table.exists:
+        made = creation(target, _describe_files(hook, credentials, request, plan), spec, file=request.s3_uri,
+                        distributed=profile.table.is_distributed, cluster=profile.cluster, keeper=keeper())
+        report.update(created=made.how, ddl=[d.sql for d in made.statements])
+        log.info("Table %s.%s is missing: %s", target.database, target.name,
+                 "a dry run creates nothing" if request.dry_run else f"creating it, {made.how}")
+        for ddl in made.statements:
+            log.info("DDL: %s", ddl.sql)
+        if request.dry_run:
+            columns = made.columns
+        else:
+            run_ddl(hook, made.statements, profile.nodes, log)
+            profile = get_profile(hook, request.table, cluster=request.cluster, workload=request.workload)
+            plan = make_plan(request, manifest, profile, source_url=url, learned=learned)
+    columns = columns if columns is not None else table_columns(hook, profile.table)
+    evolution = Evolution(policy=request.schema_change)
+    skipped = evolution_skipped(plan.format, plan.structure) if request.schema_change == "add_columns" else None
+    if skipped:
+        plan.warnings.append(skipped)
+    elif request.schema_change == "add_columns":
+        evolution = evolve(profile.table, columns, _describe_files(hook, credentials, request, plan),
+                           policy="add_columns", file=request.s3_uri, keeper=keeper())
+    check, file_columns, sample = _check_schema(hook, credentials, request, plan, manifest, profile.table,
+                                                with_added(columns, evolution))
+    add_check(plan, check)
+    if evolution.statements:
+        report.update(added_columns=evolution.added_names, ddl=[*report["ddl"], *(d.sql for d in evolution.statements)])
+        for ddl in evolution.statements:
+            log.info("DDL: %s", ddl.sql)
+        if not request.dry_run:
+            run_ddl(hook, evolution.statements, profile.nodes, log)
+    if file_columns is not None and sample is not None:
+        report["left_out_columns"] = left_out(file_columns, with_added(columns, evolution), file=sample,
+                                              settings=request.settings)
+        if report["left_out_columns"]:
+            plan.warnings.append(
+                f"file columns {', '.join(report['left_out_columns'])} of {sample} are not in table "
+                f"{target.database}.{target.name}: left out (on_schema_change={request.schema_change!r}, "
+                f"schema_check={request.schema_check!r})"
+            )
+    # The target's columns as read here, for the lineage's schema (unless columns were just added).
+    return TargetFacts(profile=profile, plan=plan, changes=report,
+                       columns=None if evolution.statements or request.dry_run else columns)
+
+
+def _describe_files(hook: ClickHouseHook, credentials: S3Credentials | None, request: LoadRequest, plan: LoadPlan
+                    ) -> list[Column]:
+    """The files' columns as the server infers them over the whole glob, united
+    (``schema_inference_mode='union'`` unless the settings say otherwise), or the structure's."""
+    settings = {"schema_inference_mode": "union", **request.settings}
+    return describe(hook, render_describe(plan, credentials, url=plan.source_url,
+                                          structure=plan.structure is not None, settings=settings))
+
+
+def _check_schema(
+    hook: ClickHouseHook, credentials: S3Credentials | None, request: LoadRequest, plan: LoadPlan,
+    manifest: Manifest, table: TableInfo, target: list[Column],
+) -> tuple[Check, list[Column] | None, str | None]:
+    """The first file's columns (the server's schema inference) or the structure's against the target's
+    (``target``: the table's columns as they will be); with the file's columns and name when read."""
+    reads, sample = schema_reads(request.schema_check, plan.format, plan.structure), sample_file(plan, manifest)
+    if reads.skipped is not None or sample is None:
+        return reads.skipped or unchecked("every file is empty"), None, None
+    name, url = sample
+    try:
+        described = {
+            kind: describe(hook, render_describe(plan, credentials, url=url, structure=kind == "structure",
+                                                 settings=request.settings))
+            for kind in ("file", "structure") if getattr(reads, kind)
+        }
+    except (ClickHouseQueryError, LoadError) as exc:  # the load itself may still work: it says so
+        why = scrub(str(exc).partition("; retrying")[0], credentials)
+        return unchecked(f"the server could not describe {name}: {why}"), None, None
+    check = check_schema(
+        target, file=name, table=f"{table.database}.{table.name}", fmt=plan.format,
+        policy=request.schema_check, file_columns=described.get("file"),
+        structure_columns=described.get("structure"), settings=request.settings,
+        on_schema_change=request.schema_change,
+    )
+    return check, described.get("file") if plan.structure is None else None, name
