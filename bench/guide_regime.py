@@ -29,16 +29,9 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_s3ch.core.models import (
-    ClusterNode,
-    LoadPlan,
-    LoadRequest,
-    Manifest,
-    S3Object,
-    ServerProfile,
-    TableInfo,
-)
+from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.core.plan import make_plan
+from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile, TableInfo
 from airflow_provider_s3ch.core.sizes import GiB, MiB, fmt_bytes
 
 #: The guide's dataset: 189 monthly Parquet files (July 2008 - March 2024), 59.82 M rows, 24.03 GB.

@@ -23,8 +23,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, server_text
-from airflow_provider_s3ch.core.models import ClusterNode, LoadPlan, S3Object, SettingValue, TableInfo
+from airflow_provider_s3ch.core.models import LoadPlan, S3Object, SettingValue
 from airflow_provider_s3ch.core.recovery import LoadSteps
+from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
 
 #: What the trigger waits for: the load's own insert, or earlier tries' queries (a retry's wait).
 WaitKind = Literal["insert", "wait"]

@@ -17,15 +17,16 @@ ledger has one row per file version (key and ETag), chunk and load; a row's late
 
 The staging table (``_s3ch_stage_<load id>``) is the truth for what a row does not say yet. It is
 dropped only once every partition moved, so a ``pending`` row whose staging table is gone was
-committed (:func:`row_status` says ``committed``: whoever sees it records ``loaded``); one whose
-staging table is there is still being finished, by the load's retry.
+committed (:func:`~airflow_provider_s3ch.core.ledger_rows.row_status` says ``committed``: whoever sees it
+records ``loaded``); one whose staging table is there is still being finished, by the load's retry.
 
 **Chunks** (``max_files_per_load`` / ``max_bytes_per_load``): a load splits its files into consecutive
 chunks, numbered from 1 in its ``claimed`` rows. Each chunk is a load of its own for the states above:
-its insert's query id and its staging table carry the chunk's unit id (:func:`unit_id`), so a
-``pending`` row is judged by its own chunk's staging table. A retry reads the rows it holds and loads
-the chunks that are not committed yet, in order: chunk 8 after a death in chunk 8, whatever step it
-died at. A load's claims are live while any of its chunks runs or has a staging table.
+its insert's query id and its staging table carry the chunk's unit id
+(:func:`~airflow_provider_s3ch.core.ledger_rows.unit_id`), so a ``pending`` row is judged by its own chunk's
+staging table. A retry reads the rows it holds and loads the chunks that are not committed yet, in order:
+chunk 8 after a death in chunk 8, whatever step it died at. A load's claims are live while any of its
+chunks runs or has a staging table.
 
 Two loads that want the same file both write a ``claimed`` row; each then reads the ledger again and
 keeps the files where its claim is the earliest live one (:func:`confirm`). "Earliest" is the row's
@@ -38,44 +39,39 @@ seconds after it was written (the time between the claim and the insert: plannin
 After that, a claim whose load runs nothing and left no staging table is ``stale``: another load may
 take the file. The load itself keeps using its claims only for half that time; after it, a retry
 claims afresh, so that a load never inserts a file that another load could already take as stale.
+
+This module selects and claims the files, cuts them into chunks and names what the insert reads. A row and
+what it means are :mod:`airflow_provider_s3ch.core.ledger_rows`'s, the table's SQL
+:mod:`airflow_provider_s3ch.core.ledger_sql`'s, the checks of the ledger's arguments
+:mod:`airflow_provider_s3ch.core.ledger_request`'s.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime
-from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.glob import split_archive
-from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object, TableRef
-from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, STEM_HEX_DIGITS, LoadSteps
+from airflow_provider_s3ch.core.ledger_rows import (
+    WHOLE_FILE,
+    FileVersion,
+    LedgerRow,
+    LoadFacts,
+    Status,
+    row_status,
+    version_of,
+)
+from airflow_provider_s3ch.core.models import Manifest, S3Object, TableRef
 from airflow_provider_s3ch.core.sizes import fmt_bytes
-from airflow_provider_s3ch.core.sql import quote_identifier, render_table
-
-#: The ledger's name in the target's database unless ``ledger_table`` names another.
-LEDGER_NAME = "_s3ch_ledger"
 
 #: How long a claim stays live without a query or a staging table of its load (seconds).
 DEFAULT_CLAIM_TIMEOUT = 3600.0
 
 #: How many keys each list in the XCom's ``ledger`` entry shows (the counts are always whole).
 KEYS_SHOWN = 20
-
-#: The chunk of a load that is not split (chunked loads number their chunks from 1).
-WHOLE_FILE = 0
-
-#: Hex digits of the chunk number in a chunk's unit id (up to 16,777,215 chunks).
-CHUNK_HEX_DIGITS = 6
-
-State = Literal["claimed", "pending", "loaded", "released"]
-STATES: tuple[State, ...] = ("claimed", "pending", "loaded", "released")
-
-#: What a row means now, from its state and what the server says of its load (:func:`row_status`).
-Status = Literal["loaded", "committed", "in_flight", "live", "stale", "released"]
 
 #: Characters a key may not hold to be named in a ``{a,b,c}`` list: ClickHouse splits the list at ``,``,
 #: reads ``{`` and ``}`` as another group and ``*`` and ``?`` as wildcards (after percent-decoding the
@@ -85,269 +81,6 @@ UNNAMEABLE = frozenset("{},*?\n\r")
 
 class ChangedFilesError(PlanError):
     """Files whose ETag differs from the version the ledger records as loaded (``on_changed='fail'``)."""
-
-
-# ---------------------------------------------------------------------- the request
-
-
-def check_request(request: LoadRequest) -> None:
-    """Refuse the ledger arguments that cannot work together, before anything is listed or loaded.
-
-    - ``skip_loaded`` with ``mode='overwrite'``: the load would replace the table with the new files alone.
-    - ``on_changed='reload'`` with ``mode='append'``: the changed file's old rows would stay beside the new
-      ones; ``replace_partitions`` replaces them when the file holds whole partitions.
-
-    :raises InvalidRequestError: a combination that cannot work, or a malformed ``ledger_table``.
-    """
-    if not request.skip_loaded:
-        if request.chunked:
-            raise InvalidRequestError(
-                "max_files_per_load / max_bytes_per_load need skip_loaded=True: the file ledger records which "
-                "chunks are committed, so that a retry resumes at the next one; set skip_loaded=True"
-            )
-        return
-    if request.mode == "overwrite":
-        raise InvalidRequestError(
-            "skip_loaded=True cannot run with mode='overwrite': the new files alone would replace the whole "
-            "table; use mode='append' (or 'replace_partitions'), or load every file without skip_loaded"
-        )
-    if request.chunked and request.mode != "append":
-        raise InvalidRequestError(
-            f"max_files_per_load / max_bytes_per_load cannot run with mode={request.mode!r}: a later chunk would "
-            "replace the partitions an earlier chunk wrote; use mode='append', or load without chunks"
-        )
-    if request.on_changed == "reload" and request.mode == "append":
-        raise InvalidRequestError(
-            "on_changed='reload' cannot run with mode='append': a changed file's old rows would stay in the "
-            "table beside its new ones; use mode='replace_partitions' (each file holding whole partitions, whose "
-            "rows the reload replaces) or on_changed='skip' / 'fail'"
-        )
-    ledger_ref(request, "default")
-
-
-def ledger_ref(request: LoadRequest, default_database: str) -> TableRef:
-    """The ledger table: ``ledger_table`` (in the target's database when it names no database), else
-    ``<target database>._s3ch_ledger``.
-
-    :param request: the request.
-    :param default_database: the connection's database, for a target that names none.
-    """
-    database = request.table.database or default_database
-    if request.ledger_table is None or not request.ledger_table.strip():
-        return TableRef(database=database, name=LEDGER_NAME)
-    ref = TableRef.parse(request.ledger_table)
-    return ref if ref.database else TableRef(database=database, name=ref.name)
-
-
-def target_name(request: LoadRequest, default_database: str) -> str:
-    """The ledger's ``table`` column for the target: ``database.name``."""
-    return f"{request.table.database or default_database}.{request.table.name}"
-
-
-def check_steps(steps: LoadSteps, *, strategy: str) -> None:
-    """Refuse a load the ledger cannot make exactly-once: one that does not go through a staging table.
-
-    :raises PlanError: a Distributed target, a distributed insert, or a direct insert (a target that is
-        not a local MergeTree table, or one that materialized views read from).
-    """
-    if strategy == "distributed":
-        raise PlanError(
-            "skip_loaded=True cannot run a distributed insert (s3Cluster) yet: the ledger records a load through "
-            "a staging table on one node; use strategy='single'"
-        )
-    if steps.staging is None:
-        raise PlanError(
-            f"skip_loaded=True needs a staging table, and {steps.target} takes a direct insert ({steps.reason}); "
-            "load into a local MergeTree table without materialized views, or load without skip_loaded"
-        )
-
-
-# ---------------------------------------------------------------------- the table
-
-
-def render_create_ledger(ledger: TableRef) -> str:
-    """``CREATE TABLE IF NOT EXISTS`` of the ledger: a ``ReplacingMergeTree(version)`` with persisted block
-    numbers (the claims' order, see :func:`confirm`).
-
-    :param ledger: the ledger table.
-    """
-    return f"""CREATE TABLE IF NOT EXISTS {render_table(ledger)}
-(
-    `table` String COMMENT 'the target, database.name',
-    `bucket` String COMMENT 'the S3 bucket',
-    `key` String COMMENT 'the object key',
-    `etag` String COMMENT 'the ETag from the listing, without quotes: another ETag is another version',
-    `size` UInt64 COMMENT 'bytes, from the listing',
-    `last_modified` Nullable(DateTime64(3, 'UTC')) COMMENT 'from the listing',
-    `chunk` UInt32 DEFAULT 0 COMMENT 'the load''s chunk the file was in (1, 2, ...); 0: a load not split',
-    `load_id` String COMMENT 'the load: its query id stem, the same for every try of one task instance',
-    `query_id` String COMMENT 'the try that wrote the row; pending and loaded: the insert that read the file',
-    `state` Enum8('claimed' = 1, 'pending' = 2, 'loaded' = 3, 'released' = 4),
-    `rows` Nullable(UInt64) COMMENT 'rows the file gave, where known',
-    `claimed_at` DateTime64(6, 'UTC') DEFAULT now64(6) COMMENT 'when the load claimed the file',
-    `updated_at` DateTime64(6, 'UTC') DEFAULT now64(6) COMMENT 'when this state was written',
-    `version` UInt64 DEFAULT toUnixTimestamp64Nano(now64(9)) COMMENT 'the latest version of a row is its state'
-)
-ENGINE = ReplacingMergeTree(version)
-ORDER BY (`table`, `bucket`, `key`, `etag`, `chunk`, `load_id`)
-SETTINGS enable_block_number_column = 1
-COMMENT 's3ch file ledger: one row per file version, chunk and load (docs/ledger.md)'"""
-
-
-def ledger_engine_problem(engine: str, engine_full: str) -> str | None:
-    """Why an existing table cannot be the ledger, or None when it can.
-
-    :param engine: ``system.tables.engine``.
-    :param engine_full: ``system.tables.engine_full``.
-    """
-    if engine != "ReplacingMergeTree":
-        return f"its engine is {engine}, not ReplacingMergeTree"
-    if "enable_block_number_column = 1" not in engine_full:
-        return "it lacks SETTINGS enable_block_number_column = 1 (the order of claims)"
-    return None
-
-
-#: The columns a state row is written with (``claimed_at`` too for a state after a claim).
-WRITE_COLUMNS = ("table", "bucket", "key", "etag", "size", "last_modified", "chunk", "load_id", "query_id", "state",
-                 "rows")
-
-
-def render_write(ledger: TableRef, *, with_claimed_at: bool) -> str:
-    """``INSERT INTO ledger (…) VALUES`` for the driver's rows; ``claimed_at`` is the server's now unless given.
-
-    :param ledger: the ledger table.
-    :param with_claimed_at: the rows carry ``claimed_at`` (a state after the claim keeps the claim's time).
-    """
-    columns = [*WRITE_COLUMNS, "claimed_at"] if with_claimed_at else list(WRITE_COLUMNS)
-    return f"INSERT INTO {render_table(ledger)} ({', '.join(quote_identifier(c) for c in columns)}) VALUES"
-
-
-def render_read(ledger: TableRef, files_table: str) -> str:
-    """The latest version of every row of the target and bucket whose key is in the external table
-    ``files_table`` (one ``key String`` column), or whose load is ``%(own)s``; with the claim's age by the
-    server's clock and the latest version's block number (the columns of :data:`READ_FIELDS`). Parameters:
-    ``t``, ``b``, ``own``.
-
-    :param ledger: the ledger table.
-    :param files_table: the name of the external table of keys sent with the query.
-    """
-    return (
-        "SELECT key, etag, chunk, load_id, argMax(query_id, version), toString(argMax(state, version)), "
-        "argMax(size, version), argMax(last_modified, version), argMax(rows, version), "
-        "argMax(claimed_at, version), dateDiff('microsecond', argMax(claimed_at, version), now64(6)) / 1e6, "
-        "argMax(_block_number, version), max(version) "
-        f"FROM {render_table(ledger)} "
-        f"WHERE `table` = %(t)s AND bucket = %(b)s AND (key IN (SELECT key FROM {quote_identifier(files_table)}) "
-        "OR load_id = %(own)s) "
-        "GROUP BY key, etag, chunk, load_id"
-    )
-
-
-#: The fields of :class:`LedgerRow`, in the order :func:`render_read` selects them.
-READ_FIELDS = ("key", "etag", "chunk", "load_id", "query_id", "state", "size", "last_modified", "rows", "claimed_at",
-               "age_s", "block", "version")
-
-
-def unit_id(load_id: str, chunk: int = WHOLE_FILE) -> str:
-    """The id of one insert of a load: the load's id, or for a chunk the load's id and the chunk's number in
-    hex. It is the stem of the insert's query id and names its staging table.
-
-    :param load_id: the load (its query id stem, hex).
-    :param chunk: the chunk, :data:`WHOLE_FILE` for a load that is not split.
-    """
-    return load_id if chunk == WHOLE_FILE else f"{load_id}{chunk:0{CHUNK_HEX_DIGITS}x}"
-
-
-def load_of(unit: str) -> str:
-    """The load a unit id (:func:`unit_id`) belongs to: its query id stem's first digits."""
-    return unit[:STEM_HEX_DIGITS]
-
-
-def staging_name(load_id: str, chunk: int = WHOLE_FILE) -> str:
-    """The staging table of a load or of one of its chunks (in the target's database)."""
-    return f"{STAGING_PREFIX}{unit_id(load_id, chunk)}"
-
-
-# ---------------------------------------------------------------------- rows and what they mean
-
-
-class LedgerRow(BaseModel):
-    """The latest version of one ledger row (one file version, chunk and load), as :func:`render_read` reads it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    key: str
-    etag: str
-    chunk: int = WHOLE_FILE
-    load_id: str
-    query_id: str = ""
-    state: State
-    size: int = 0
-    last_modified: datetime | None = None
-    rows: int | None = None
-    claimed_at: datetime | None = None
-    #: Seconds since the claim, by the server's clock.
-    age_s: float = 0.0
-    #: ``_block_number`` of the row's latest version: the order in which claims became visible.
-    block: int = 0
-    version: int = 0
-
-    @property
-    def file(self) -> FileVersion:
-        return FileVersion(self.key, self.etag)
-
-    @property
-    def unit(self) -> str:
-        """The insert that reads the row's file: the load, or its chunk (:func:`unit_id`)."""
-        return unit_id(self.load_id, self.chunk)
-
-
-class FileVersion(NamedTuple):
-    """One version of one file: what the ledger records once per load."""
-
-    key: str
-    etag: str
-
-
-def version_of(obj: S3Object) -> FileVersion:
-    """The file's version as the listing gives it (its ETag; ``""`` when S3 gave none)."""
-    return FileVersion(obj.key, obj.etag or "")
-
-
-class LoadFacts(BaseModel):
-    """What the server says of the loads the rows name: which units' staging tables exist (:func:`unit_id`),
-    which loads run a query (of any of their chunks)."""
-
-    staging: frozenset[str] = frozenset()
-    running: frozenset[str] = frozenset()
-
-    def busy(self, load_id: str) -> bool:
-        """Whether a load runs a query or has a staging table, of any chunk."""
-        return load_id in self.running or any(u.startswith(load_id) for u in self.staging)
-
-
-def row_status(row: LedgerRow, facts: LoadFacts, *, own: str, claim_timeout: float) -> Status:
-    """What a row means now.
-
-    - ``loaded``: the file version is in the target; ``released``: the load gave it up.
-    - ``pending``: ``in_flight`` while the load's staging table exists (its retry finishes it);
-      ``committed`` once it is gone (the staging table is dropped only after its last partition moved).
-    - ``claimed``: ``live`` while the load runs a query or has a staging table, or until the claim is
-      ``claim_timeout`` seconds old (half of it for the load's own claims); then ``stale``.
-
-    :param row: the row.
-    :param facts: the server's facts about the loads.
-    :param own: this load's id.
-    :param claim_timeout: seconds a claim stays live on its own.
-    """
-    if row.state in ("loaded", "released"):
-        return row.state
-    if row.state == "pending":
-        return "in_flight" if row.unit in facts.staging else "committed"
-    if facts.busy(row.load_id):
-        return "live"
-    limit = claim_timeout / 2 if row.load_id == own else claim_timeout
-    return "live" if row.age_s < limit else "stale"
 
 
 # ---------------------------------------------------------------------- which files a load takes
@@ -692,35 +425,7 @@ def narrow_manifest(manifest: Manifest, files: Sequence[S3Object], pattern: str)
     )
 
 
-# ---------------------------------------------------------------------- writes and the summary
-
-
-def state_rows(
-    target: str, bucket: str, files: Iterable[S3Object | LedgerRow], *, load_id: str, query_id: str, state: State,
-    rows: int | None = None, chunk_of: Mapping[str, int] | None = None,
-) -> list[tuple[object, ...]]:
-    """The driver's rows for :func:`render_write`: one per file, in ``state``; ``claimed_at`` appended
-    (from the ledger row) when ``files`` are rows.
-
-    :param target: the target, ``database.name``.
-    :param bucket: the bucket.
-    :param files: the listing's objects (a claim) or ledger rows (a later state of them).
-    :param load_id: the load the rows belong to.
-    :param query_id: the try that writes them, or the insert that read the files.
-    :param state: the state to write.
-    :param rows: rows the file gave, where known.
-    :param chunk_of: the chunk of each object's key (:data:`WHOLE_FILE` for a key it does not name).
-    """
-    out: list[tuple[object, ...]] = []
-    chunk_of = chunk_of or {}
-    for f in files:
-        if isinstance(f, LedgerRow):
-            out.append((target, bucket, f.key, f.etag, f.size, f.last_modified, f.chunk, load_id, query_id, state,
-                        rows if rows is not None else f.rows, f.claimed_at))
-        else:
-            out.append((target, bucket, f.key, f.etag or "", f.size, f.last_modified,
-                        chunk_of.get(f.key, WHOLE_FILE), load_id, query_id, state, rows))
-    return out
+# ---------------------------------------------------------------------- the summary
 
 
 def shown(keys: Sequence[str]) -> list[str]:

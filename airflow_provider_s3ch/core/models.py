@@ -3,6 +3,9 @@
 Everything here is plain data: no I/O, no Airflow. The planner
 (:mod:`airflow_provider_s3ch.core.plan`) and the SQL renderer
 (:mod:`airflow_provider_s3ch.core.sql`) are functions over these models.
+What the planner knows of the ClickHouse side
+(:class:`~airflow_provider_s3ch.core.server_models.ServerProfile` and its parts) is in
+:mod:`airflow_provider_s3ch.core.server_models`.
 """
 
 from __future__ import annotations
@@ -345,96 +348,6 @@ class Manifest(BaseModel):
             "uncompressed_bytes": self.uncompressed_bytes,
             "max_row_group_bytes": self.max_row_group_bytes,
         }
-
-
-class ClusterNode(BaseModel):
-    """One replica of a cluster, as ``system.clusters`` lists it."""
-
-    host: str
-    port: int
-    shard_num: int = 1
-    replica_num: int = 1
-    #: The connection's own node (``system.clusters.is_local`` as the connection's node sees it).
-    is_local: bool = False
-
-    @property
-    def address(self) -> str:
-        return f"{self.host}:{self.port}"
-
-
-class TableInfo(BaseModel):
-    """The target table as the server describes it."""
-
-    database: str
-    name: str
-    engine: str
-    partition_key: str = ""
-    sorting_key: str = ""
-    # Distributed tables: what they point at.
-    dist_cluster: str | None = None
-    local_database: str | None = None
-    local_table: str | None = None
-    sharding_key: str | None = None
-    local_engine: str | None = None
-    #: The database's engine (``Atomic``, ``Replicated``, ``Ordinary``...); None when unknown.
-    database_engine: str | None = None
-    #: Materialized views (and other dependents) that read from the table, ``db.name``.
-    dependent_views: list[str] = Field(default_factory=list)
-    #: False for a table the load will create (``create_table='if_missing'``): planned, not yet there.
-    exists: bool = True
-
-    @property
-    def is_distributed(self) -> bool:
-        return self.engine == "Distributed"
-
-    @property
-    def is_replicated(self) -> bool:
-        engine = self.local_engine or self.engine
-        return engine.startswith(("Replicated", "Shared"))
-
-
-class WorkloadEntity(BaseModel):
-    """A workload or a resource of the server's workload scheduling (``system.workloads``, ``system.resources``)."""
-
-    name: str
-    parent: str = ""
-    create_query: str = ""
-
-
-class NodeWorkloads(BaseModel):
-    """One node's workload scheduling, as its ``system.workloads`` and ``system.resources`` list it."""
-
-    node: str
-    #: The connection's node: the load's own query runs (and reserves memory) there.
-    initiator: bool = False
-    #: A node of the cluster: a distributed load's secondary queries run (and reserve memory) there.
-    member: bool = False
-    #: None when the node's tables could not be read (``error`` says why).
-    workloads: list[WorkloadEntity] | None = None
-    resources: list[WorkloadEntity] | None = None
-    error: str = ""
-
-
-class ServerProfile(BaseModel):
-    """What the planner needs to know about the ClickHouse side."""
-
-    version: str
-    cores: int = Field(ge=1)
-    memory_bytes: int = Field(ge=0, description="memory the server may use; 0 when unknown")
-    memory_source: str = "unknown"
-    region: str | None = None
-    cluster: str | None = None
-    nodes: list[ClusterNode] = Field(default_factory=list)
-    node_cores: list[int] = Field(default_factory=list)
-    table: TableInfo
-    #: The connection's extra ``workload``: the workload of loads that name none.
-    workload: str | None = None
-    #: Each node's workload scheduling (the connection's node first when it is not in the cluster).
-    workload_nodes: list[NodeWorkloads] = Field(default_factory=list)
-
-    @property
-    def node_count(self) -> int:
-        return max(1, len(self.nodes))
 
 
 class Check(BaseModel):

@@ -12,9 +12,8 @@ its dependent views, the earlier tries' queries) and these functions decide:
 
 Query ids are ``s3ch-<stem>-try<N>`` (:class:`QueryId`): the stem is the same for every
 try of one task instance and one load configuration, so the staging table and the
-earlier tries' queries are found from it. :func:`prepare_statements` and
-:func:`finalize_statements` say what to run before and after the insert, from facts the
-shell reads.
+earlier tries' queries are found from it. :mod:`airflow_provider_s3ch.core.staging` says what to run
+before and after the insert (``prepare_statements``, ``finalize_statements``), from facts the shell reads.
 """
 
 from __future__ import annotations
@@ -23,20 +22,13 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
-from typing import Literal, NamedTuple, get_args
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
-from airflow_provider_s3ch.core.models import LoadRequest, Mode, TableInfo, TableRef
-from airflow_provider_s3ch.core.sql import (
-    render_create_staging,
-    render_drop_table,
-    render_exchange,
-    render_move_partition,
-    render_replace_partition,
-    render_set_comment,
-)
+from airflow_provider_s3ch.core.models import LoadRequest, Mode, TableRef
+from airflow_provider_s3ch.core.server_models import TableInfo
 
 #: Staging tables are ``<prefix><stem>`` in the target's database.
 STAGING_PREFIX = "_s3ch_stage_"
@@ -379,136 +371,3 @@ def decide_resume(tries: Sequence[EarlierTry], current_try: int, first_try: int 
         reason = f"the latest earlier try failed ({_name_tries(failed)}): loading afresh{note}"
         return Resume(action="load", reason=reason)
     return Resume(action="load", reason=f"no earlier try of this task instance ran a load{note}")
-
-
-# ---------------------------------------------------------------------- overwrite: where a swap stands
-
-SwapStep = Literal["exchange", "restore_comment", "drop_staging"]
-
-
-def overwrite_steps(staging_comment: str | None, target_comment: str | None, marker: str) -> list[SwapStep]:
-    """What is left of an ``overwrite`` swap, from the two tables' comments.
-
-    The staging table carries ``marker`` until ``EXCHANGE TABLES``; after it the target
-    carries it and the old table (under the staging name) the target's original comment.
-
-    :param staging_comment: the staging table's comment; None when it does not exist.
-    :param target_comment: the target's comment.
-    :param marker: this task instance's staging marker.
-    :return: the steps still to run, in order.
-    """
-    restore: list[SwapStep] = ["restore_comment"] if target_comment == marker else []
-    if staging_comment is None:
-        return restore
-    if staging_comment == marker:
-        return ["exchange", "restore_comment", "drop_staging"]
-    return [*restore, "drop_staging"]
-
-
-# ---------------------------------------------------------------------- statements around the insert
-
-
-class Step(NamedTuple):
-    """One statement the shell runs, and the line it logs after it."""
-
-    sql: str
-    note: str
-
-
-class FinalizePlan(BaseModel):
-    """How a staged load reaches its target, from where it stands."""
-
-    steps: list[Step] = Field(default_factory=list)
-    partitions: list[str] = Field(default_factory=list, description="the partitions the load brought in")
-    done_before: bool = Field(False, description="an earlier try finished this load: nothing is left to do")
-
-
-def prepare_statements(steps: LoadSteps, *, staging_exists: bool) -> list[Step]:
-    """Drop the staging table a dead try left (no earlier try runs: checked), create it afresh.
-
-    :param steps: the load's steps (with a staging table).
-    :param staging_exists: whether the staging table is there now.
-    """
-    staging = _staging(steps)
-    out = [
-        Step(
-            render_drop_table(staging),
-            f"Dropped staging table {staging} left by an earlier try" if staging_exists else "",
-        ),
-        Step(render_create_staging(staging, steps.target), f"Created staging table {staging} AS {steps.target}"),
-    ]
-    if steps.marker is not None:
-        out.append(Step(render_set_comment(staging, steps.marker), ""))
-    return out
-
-
-def abandon_statements(steps: LoadSteps) -> list[Step]:
-    """After a failed insert that no longer runs: drop the staging table; the target is untouched."""
-    if steps.staging is None:
-        return []
-    return [
-        Step(
-            render_drop_table(steps.staging),
-            f"The load failed: dropped staging table {steps.staging}; {steps.target} is untouched",
-        )
-    ]
-
-
-def finalize_statements(
-    steps: LoadSteps,
-    *,
-    staging_comment: str | None,
-    target_comment: str | None,
-    staging_partitions: Sequence[tuple[str, str]],
-    target_partitions: Sequence[tuple[str, str]] = (),
-) -> FinalizePlan:
-    """What brings the staging table's rows into the target; idempotent, so a retry can resume it.
-
-    - ``move`` (append): ``MOVE PARTITION`` each of the staging table's partitions, then drop it.
-    - ``replace`` (replace_partitions): ``REPLACE PARTITION`` each of them, then drop it.
-    - ``exchange`` (overwrite): :func:`overwrite_steps` says what is left of the swap; the
-      target's own comment is put back, and the old table dropped.
-
-    A staging table that is gone means an earlier try finished the load.
-
-    :param steps: the load's steps (with a staging table).
-    :param staging_comment: the staging table's comment now; None when it does not exist.
-    :param target_comment: the target's comment now.
-    :param staging_partitions: (partition_id, partition) of the staging table's non-empty parts.
-    :param target_partitions: the same for the target (overwrite, after a swap an earlier try made).
-    """
-    staging, target = _staging(steps), steps.target
-    if steps.finalize == "exchange":
-        marker = steps.marker or ""
-        todo = overwrite_steps(staging_comment, target_comment, marker)
-        if "drop_staging" not in todo:
-            restore = [Step(render_set_comment(target, ""), "")] if "restore_comment" in todo else []
-            return FinalizePlan(steps=restore, done_before=True)
-        out: list[Step] = []
-        if "exchange" in todo:
-            out.append(Step(render_exchange(target, staging), f"Exchanged {target} and {staging}"))
-            # The old table, now under the staging name, carries the target's comment from before the swap.
-            old_comment, partitions = target_comment, staging_partitions
-        else:
-            old_comment, partitions = staging_comment, target_partitions
-        if "restore_comment" in todo:
-            keep = "" if (old_comment or "").startswith(STAGING_MARKER) else (old_comment or "")
-            out.append(Step(render_set_comment(target, keep), ""))
-        out.append(Step(render_drop_table(staging), ""))
-        return FinalizePlan(steps=out, partitions=[value for _, value in partitions])
-    if staging_comment is None:
-        return FinalizePlan(done_before=True)
-    out = []
-    for partition_id, value in staging_partitions:
-        if steps.finalize == "move":
-            out.append(Step(render_move_partition(staging, target, partition_id), f"Moved partition {value}"))
-        else:
-            out.append(Step(render_replace_partition(target, staging, partition_id), f"Replaced partition {value}"))
-    out.append(Step(render_drop_table(staging), ""))
-    return FinalizePlan(steps=out, partitions=[value for _, value in staging_partitions])
-
-
-def _staging(steps: LoadSteps) -> TableRef:
-    if steps.staging is None:
-        raise InvalidRequestError(f"mode {steps.mode} loads straight into {steps.target}: it has no staging table")
-    return steps.staging

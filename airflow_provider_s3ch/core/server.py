@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from airflow_provider_s3ch.core.models import TableInfo
+from airflow_provider_s3ch.core.server_models import TableInfo
 
 _INT_SETTING_RE = re.compile(r"\s*(?:auto\()?(\d+)\)?\s*")
 _DIST_ARGS_RE = re.compile(r"^Distributed\((.*)\)", re.S)

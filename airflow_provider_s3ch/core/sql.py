@@ -326,7 +326,7 @@ def scrub(text: str, credentials: S3Credentials | None) -> str:
 
 
 # ---------------------------------------------------------------------- staging and partitions
-# Statements for the staging table that retry-safe modes load into (see recovery.py).
+# Statements for the staging table that retry-safe modes load into (see staging.py).
 
 
 def render_create_staging(staging: TableRef, target: TableRef) -> str:

@@ -38,8 +38,9 @@ from pydantic import BaseModel, Field
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, SchemaError
 from airflow_provider_s3ch.core.formats import NAMELESS_FORMATS
-from airflow_provider_s3ch.core.models import CreateTable, SchemaChange, TableInfo, TableRef
+from airflow_provider_s3ch.core.models import CreateTable, SchemaChange, TableRef
 from airflow_provider_s3ch.core.schema import Column, path_columns
+from airflow_provider_s3ch.core.server_models import TableInfo
 from airflow_provider_s3ch.core.sql import quote_identifier, quote_literal, render_settings, render_table
 
 #: Where the local table's name goes on a Distributed target: ``<name>_local``.

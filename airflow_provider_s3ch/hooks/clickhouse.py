@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from airflow_provider_s3ch import NATIVE_CONN_TYPE
 from airflow_provider_s3ch.core.errors import classify_server_error, is_query_memory_limit, server_text
-from airflow_provider_s3ch.core.models import ClusterNode
+from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.errors import (
     ClickHouseAuthError,
     ClickHouseQueryError,

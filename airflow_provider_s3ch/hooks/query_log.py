@@ -17,8 +17,8 @@ from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay
 from airflow_provider_s3ch.core.deferral import LoggedQuery, Look, RunningQuery
 from airflow_provider_s3ch.core.history import HISTORY_DAYS, HISTORY_LOADS, PastLoad, parse_tag, tag_prefix
 from airflow_provider_s3ch.core.metrics import QUERY_LOG_COLUMNS, QueryLogRow
-from airflow_provider_s3ch.core.models import ClusterNode
 from airflow_provider_s3ch.core.recovery import EarlierTry, QueryId
+from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.errors import LoadError, S3chError
 
 if TYPE_CHECKING:

@@ -13,16 +13,16 @@ from typing import TYPE_CHECKING, Any
 from clickhouse_driver import errors as ch_errors
 
 from airflow_provider_s3ch.core.errors import classify_server_error, server_text
-from airflow_provider_s3ch.core.models import (
+from airflow_provider_s3ch.core.models import TableRef
+from airflow_provider_s3ch.core.schema import COLUMNS_SQL, Column
+from airflow_provider_s3ch.core.server import CORES_PROBES, MEMORY_PROBES, TABLE_INFO_SQL, parse_int_setting, table_info
+from airflow_provider_s3ch.core.server_models import (
     ClusterNode,
     NodeWorkloads,
     ServerProfile,
     TableInfo,
-    TableRef,
     WorkloadEntity,
 )
-from airflow_provider_s3ch.core.schema import COLUMNS_SQL, Column
-from airflow_provider_s3ch.core.server import CORES_PROBES, MEMORY_PROBES, TABLE_INFO_SQL, parse_int_setting, table_info
 from airflow_provider_s3ch.core.sql import RenderedSQL
 from airflow_provider_s3ch.core.tables import KEEPER_PROBE, Ddl
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, ClusterError, S3chError, TableError

@@ -1,7 +1,7 @@
 """The ``prepare`` and ``insert`` phases: the staging table made ready, the insert run within the task's
 memory cap (stepping down to smaller plans, :mod:`airflow_provider_s3ch.core.plan.shrink`), or started over
 HTTP for the triggerer to follow (:class:`~.report.DeferLoad`); the staging table of a try that failed for
-good dropped. Which statements run is :mod:`airflow_provider_s3ch.core.recovery`'s.
+good dropped. Which statements run is :mod:`airflow_provider_s3ch.core.staging`'s.
 """
 
 from __future__ import annotations
@@ -11,12 +11,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_provider_s3ch.core.deferral import DeferredLoad
-from airflow_provider_s3ch.core.models import ClusterNode, LoadPlan, LoadRequest
+from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest
 from airflow_provider_s3ch.core.plan.shrink import STEPS, StepName, changed, smaller
 from airflow_provider_s3ch.core.plan.shrink import step as shrink_step
-from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Step, abandon_statements, prepare_statements
+from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId
+from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, render_insert
+from airflow_provider_s3ch.core.staging import Step, abandon_statements, prepare_statements
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, QueryMemoryLimitError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.http_insert import start_insert_http

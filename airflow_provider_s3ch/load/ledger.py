@@ -1,8 +1,10 @@
 """The file ledger on the server: one load's reads and writes of ``_s3ch_ledger`` (docs/ledger.md).
 
-:mod:`airflow_provider_s3ch.core.ledger` decides which files a load takes and what a row means; this
-module reads the ledger and what the server says of the loads it names (their staging tables, their
-running queries), writes the states, and hands the load run the files its insert reads.
+:mod:`airflow_provider_s3ch.core.ledger` decides which files a load takes,
+:mod:`airflow_provider_s3ch.core.ledger_rows` what a row means and :mod:`airflow_provider_s3ch.core.ledger_sql`
+how the table is read and written; this module reads the ledger and what the server says of the loads it
+names (their staging tables, their running queries), writes the states, and hands the load run the files
+its insert reads.
 """
 
 from __future__ import annotations
@@ -16,30 +18,25 @@ from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
 from airflow_provider_s3ch.core.ledger import (
     DEFAULT_CLAIM_TIMEOUT,
-    READ_FIELDS,
-    WHOLE_FILE,
     Chunk,
-    LedgerRow,
-    LoadFacts,
     Selection,
-    State,
     assign_chunks,
-    check_steps,
     chunks_of,
     confirm,
     key_list_pattern,
-    ledger_engine_problem,
-    ledger_ref,
-    load_of,
     narrow_manifest,
+    select_files,
+    summary,
+)
+from airflow_provider_s3ch.core.ledger_request import check_steps, ledger_ref, target_name
+from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, LoadFacts, State, load_of, unit_id
+from airflow_provider_s3ch.core.ledger_sql import (
+    READ_FIELDS,
+    ledger_engine_problem,
     render_create_ledger,
     render_read,
     render_write,
-    select_files,
     state_rows,
-    summary,
-    target_name,
-    unit_id,
 )
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, STEM_HEX_DIGITS, LoadSteps, QueryId, Resume

@@ -11,10 +11,11 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from airflow_provider_s3ch.core.ledger import WHOLE_FILE
+from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE
 from airflow_provider_s3ch.core.metrics import peak_ratio, summary
-from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, S3Object, TableInfo
+from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, S3Object
 from airflow_provider_s3ch.core.recovery import LoadSteps
+from airflow_provider_s3ch.core.server_models import TableInfo
 
 
 class LoadReport(BaseModel):

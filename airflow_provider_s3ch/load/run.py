@@ -24,22 +24,18 @@ from airflow_provider_s3ch.core.deferral import SETTLE_SECONDS, DeferredLoad
 from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
 from airflow_provider_s3ch.core.history import Learned, TagFacts, history_key, learn
 from airflow_provider_s3ch.core.history import tag as history_tag
-from airflow_provider_s3ch.core.ledger import WHOLE_FILE, Chunk
+from airflow_provider_s3ch.core.ledger import Chunk
+from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE
 from airflow_provider_s3ch.core.lineage import LoadFacts
 from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics
-from airflow_provider_s3ch.core.models import ClusterNode, LoadPlan, LoadRequest, Manifest, ServerProfile
+from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest, Manifest
 from airflow_provider_s3ch.core.plan import peak_estimate
-from airflow_provider_s3ch.core.recovery import (
-    LoadSteps,
-    QueryId,
-    Resume,
-    decide_resume,
-    finalize_statements,
-    plan_steps,
-)
+from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Resume, decide_resume, plan_steps
 from airflow_provider_s3ch.core.schema import Column
+from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_insert, shorten
+from airflow_provider_s3ch.core.staging import finalize_statements
 from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import LoadError, S3chError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook

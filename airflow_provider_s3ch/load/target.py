@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_s3ch.core.history import Learned
-from airflow_provider_s3ch.core.models import Check, LoadPlan, LoadRequest, Manifest, ServerProfile, TableInfo
+from airflow_provider_s3ch.core.models import Check, LoadPlan, LoadRequest, Manifest
 from airflow_provider_s3ch.core.plan import make_plan
 from airflow_provider_s3ch.core.schema import (
     Column,
@@ -23,6 +23,7 @@ from airflow_provider_s3ch.core.schema import (
     schema_reads,
     unchecked,
 )
+from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
 from airflow_provider_s3ch.core.sql import S3Credentials, render_describe, scrub
 from airflow_provider_s3ch.core.tables import (
     Evolution,

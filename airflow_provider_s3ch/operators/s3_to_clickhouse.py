@@ -14,7 +14,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context, conf
 
 from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT
-from airflow_provider_s3ch.core.ledger import check_request as check_ledger_request
+from airflow_provider_s3ch.core.ledger_request import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import outlet_extra
 from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.core.recovery import QueryId, first_try_of_series, load_fingerprint

@@ -24,7 +24,7 @@ from typing import Any
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_s3ch.core.deferral import SETTLE_SECONDS, Judgement, WaitKind, judge
-from airflow_provider_s3ch.core.models import ClusterNode
+from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, S3chError, provider_errors
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.query_log import QueryLog, kill_query

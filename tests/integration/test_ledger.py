@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowSkipException
 
-from airflow_provider_s3ch.core.ledger import LEDGER_NAME
+from airflow_provider_s3ch.core.ledger_request import LEDGER_NAME
 from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, QueryId
 from airflow_provider_s3ch.errors import InvalidRequestError, PlanError, S3chError

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from airflow_provider_s3ch.core.ledger import LEDGER_NAME, unit_id
+from airflow_provider_s3ch.core.ledger_request import LEDGER_NAME
+from airflow_provider_s3ch.core.ledger_rows import unit_id
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, QueryId
 from airflow_provider_s3ch.errors import InvalidRequestError, S3chError
 from airflow_provider_s3ch.load.ledger import LedgerRun

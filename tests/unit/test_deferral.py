@@ -20,15 +20,9 @@ from airflow_provider_s3ch.core.deferral import (
     judge,
 )
 from airflow_provider_s3ch.core.errors import InvalidRequestError
-from airflow_provider_s3ch.core.models import (
-    ClusterNode,
-    InsertSettings,
-    LoadPlan,
-    S3Object,
-    TableInfo,
-    TableRef,
-)
+from airflow_provider_s3ch.core.models import InsertSettings, LoadPlan, S3Object, TableRef
 from airflow_provider_s3ch.core.recovery import plan_steps
+from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
 from airflow_provider_s3ch.triggers.load import LoadTrigger
 
 QID = "s3ch-0123456789abcdef0123-try1"

@@ -12,31 +12,22 @@ from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.glob import expand_keys, key_url, object_url, split_archive
 from airflow_provider_s3ch.core.ledger import (
     KEYS_SHOWN,
-    LEDGER_NAME,
     ChangedFilesError,
-    LedgerRow,
-    LoadFacts,
     assign_chunks,
-    check_request,
-    check_steps,
     chunks_of,
     confirm,
     key_list_pattern,
-    ledger_engine_problem,
-    ledger_ref,
     narrow_manifest,
-    render_create_ledger,
-    render_read,
-    row_status,
     select_files,
     split_chunks,
-    staging_name,
-    state_rows,
     summary,
-    unit_id,
 )
-from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object, TableInfo, TableRef
+from airflow_provider_s3ch.core.ledger_request import LEDGER_NAME, check_request, check_steps, ledger_ref
+from airflow_provider_s3ch.core.ledger_rows import LedgerRow, LoadFacts, row_status, staging_name, unit_id
+from airflow_provider_s3ch.core.ledger_sql import ledger_engine_problem, render_create_ledger, render_read, state_rows
+from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object, TableRef
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, plan_steps
+from airflow_provider_s3ch.core.server_models import TableInfo
 
 ME, OTHER, THIRD = "aaaa", "bbbb", "cccc"
 T = 3600.0

@@ -5,22 +5,19 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
-from airflow_provider_s3ch.core.models import LoadRequest, TableInfo, TableRef
+from airflow_provider_s3ch.core.models import LoadRequest, TableRef
 from airflow_provider_s3ch.core.recovery import (
     STAGING_PREFIX,
     EarlierTry,
     LoadSteps,
     QueryId,
-    abandon_statements,
     decide_resume,
-    finalize_statements,
     first_try_of_series,
-    overwrite_steps,
     plan_steps,
-    prepare_statements,
     staging_marker,
     staging_table,
 )
+from airflow_provider_s3ch.core.server_models import TableInfo
 from airflow_provider_s3ch.core.sql import (
     render_create_staging,
     render_drop_table,
@@ -28,6 +25,12 @@ from airflow_provider_s3ch.core.sql import (
     render_move_partition,
     render_replace_partition,
     render_set_comment,
+)
+from airflow_provider_s3ch.core.staging import (
+    abandon_statements,
+    finalize_statements,
+    overwrite_steps,
+    prepare_statements,
 )
 
 STEM = "0123456789abcdef0123"

@@ -8,16 +8,9 @@ import pytest
 
 from airflow_provider_s3ch.core import plan as planner
 from airflow_provider_s3ch.core.errors import PlanError, RegionMismatchError
-from airflow_provider_s3ch.core.models import (
-    ClusterNode,
-    LoadPlan,
-    LoadRequest,
-    Manifest,
-    S3Object,
-    ServerProfile,
-    TableInfo,
-)
+from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.core.plan import MIN_DATA_BLOCK_BYTES, GiB, MiB, make_plan
+from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile, TableInfo
 
 #: The guide's Stack Overflow posts: 24.03 GB of Parquet in 189 files.
 GUIDE_BYTES = 24_030_000_000

@@ -7,8 +7,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, SchemaError
-from airflow_provider_s3ch.core.models import LoadRequest, TableInfo, TableRef
+from airflow_provider_s3ch.core.models import LoadRequest, TableRef
 from airflow_provider_s3ch.core.schema import Column
+from airflow_provider_s3ch.core.server_models import TableInfo
 from airflow_provider_s3ch.core.sql import quote_identifier
 from airflow_provider_s3ch.core.tables import (
     TableSpec,

@@ -8,23 +8,20 @@ import pytest
 
 from airflow_provider_s3ch.core.errors import PlanError, classify_server_error
 from airflow_provider_s3ch.core.metrics import QUERY_LOG_COLUMNS, QueryLogRow, load_metrics, summary
-from airflow_provider_s3ch.core.models import (
-    ClusterNode,
-    LoadPlan,
-    LoadRequest,
-    Manifest,
-    NodeWorkloads,
-    S3Object,
-    ServerProfile,
-    TableInfo,
-    WorkloadEntity,
-)
+from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.core.plan import GiB, MiB, make_plan
 from airflow_provider_s3ch.core.plan.workload import (
     chosen_workload,
     parse_size,
     workload_limit,
     workload_settings,
+)
+from airflow_provider_s3ch.core.server_models import (
+    ClusterNode,
+    NodeWorkloads,
+    ServerProfile,
+    TableInfo,
+    WorkloadEntity,
 )
 
 SOURCE_URL = "http://127.0.0.1:9/bucket/data/*.parquet"

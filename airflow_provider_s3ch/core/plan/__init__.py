@@ -2,7 +2,7 @@
 
 :func:`make_plan` turns a validated :class:`~airflow_provider_s3ch.core.models.LoadRequest`,
 the :class:`~airflow_provider_s3ch.core.models.Manifest` of the objects to load and the
-:class:`~airflow_provider_s3ch.core.models.ServerProfile` of the ClickHouse side into a
+:class:`~airflow_provider_s3ch.core.server_models.ServerProfile` of the ClickHouse side into a
 :class:`~airflow_provider_s3ch.core.models.LoadPlan`. No I/O, no network, no Airflow objects
 beyond the error classes: every decision is a function of its arguments, so every
 decision can be unit-tested.
@@ -23,7 +23,7 @@ when the budget cannot hold the largest Parquet row group per thread (:func:`row
 from __future__ import annotations
 
 from airflow_provider_s3ch.core.history import Learned
-from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest, Manifest, ServerProfile
+from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest, Manifest
 from airflow_provider_s3ch.core.plan.budget import (
     DEFAULT_MEMORY_SHARE,
     FALLBACK_BUDGET_BYTES,
@@ -65,6 +65,7 @@ from airflow_provider_s3ch.core.plan.settings import (
 )
 from airflow_provider_s3ch.core.plan.strategy import StrategyChoice, choose_strategy, distributed_possible
 from airflow_provider_s3ch.core.plan.workload import WorkloadLimit, chosen_workload, workload_limit
+from airflow_provider_s3ch.core.server_models import ServerProfile
 from airflow_provider_s3ch.core.sizes import GiB, KiB, MiB, fmt_bytes
 
 __all__ = [

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from airflow_provider_s3ch.core.errors import PlanError
-from airflow_provider_s3ch.core.models import LoadRequest, ServerProfile
+from airflow_provider_s3ch.core.models import LoadRequest
+from airflow_provider_s3ch.core.server_models import ServerProfile
 from airflow_provider_s3ch.core.sizes import GiB, MiB, fmt_bytes
 
 #: Share of the server's memory a load may use when the task gives no ``memory_cap``.

@@ -6,14 +6,7 @@ from urllib.parse import urlsplit
 
 from airflow_provider_s3ch.core.errors import PlanError, RegionMismatchError
 from airflow_provider_s3ch.core.formats import NAMELESS_FORMATS
-from airflow_provider_s3ch.core.models import (
-    Check,
-    InsertSettings,
-    LoadRequest,
-    Manifest,
-    NodeWorkloads,
-    ServerProfile,
-)
+from airflow_provider_s3ch.core.models import Check, InsertSettings, LoadRequest, Manifest
 from airflow_provider_s3ch.core.plan.budget import DEFAULT_MEMORY_SHARE, Budget
 from airflow_provider_s3ch.core.plan.settings import ROW_GROUP_MEMORY_FACTOR
 from airflow_provider_s3ch.core.plan.workload import (
@@ -26,6 +19,7 @@ from airflow_provider_s3ch.core.plan.workload import (
     server_size,
     workload_limit,
 )
+from airflow_provider_s3ch.core.server_models import NodeWorkloads, ServerProfile
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 
 #: Hosts of AWS S3 endpoints (regional, dual-stack, FIPS, VPC endpoints, China).

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.formats import is_compressed
-from airflow_provider_s3ch.core.models import InsertSettings, LoadRequest, Manifest, ServerProfile, SettingValue
+from airflow_provider_s3ch.core.models import InsertSettings, LoadRequest, Manifest, SettingValue
 from airflow_provider_s3ch.core.plan.budget import Budget
 from airflow_provider_s3ch.core.plan.workload import chosen_workload
+from airflow_provider_s3ch.core.server_models import ServerProfile
 from airflow_provider_s3ch.core.sizes import GiB, MiB, fmt_bytes
 
 #: Below this block size a load is refused: thousands of tiny parts would bury the

@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from airflow_provider_s3ch.core.errors import PlanError
-from airflow_provider_s3ch.core.models import LoadRequest, Manifest, ServerProfile, TableInfo
+from airflow_provider_s3ch.core.models import LoadRequest, Manifest
+from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
 
 
 class StrategyChoice(NamedTuple):

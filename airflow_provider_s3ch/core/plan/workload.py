@@ -18,7 +18,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from airflow_provider_s3ch.core.models import LoadRequest, NodeWorkloads, ServerProfile, WorkloadEntity
+from airflow_provider_s3ch.core.models import LoadRequest
+from airflow_provider_s3ch.core.server_models import NodeWorkloads, ServerProfile, WorkloadEntity
 from airflow_provider_s3ch.core.sizes import GiB, MiB
 
 #: The root workload and the workload of loads in the DDL the plan suggests.

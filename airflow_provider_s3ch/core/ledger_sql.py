@@ -1,0 +1,124 @@
+"""The ledger table's SQL: its ``CREATE``, the read of its rows and the write of a state, and the rows that
+write takes. Pure: no I/O. The rows and what they mean are :mod:`airflow_provider_s3ch.core.ledger_rows`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, State
+from airflow_provider_s3ch.core.models import S3Object, TableRef
+from airflow_provider_s3ch.core.sql import quote_identifier, render_table
+
+# ---------------------------------------------------------------------- the table
+
+
+def render_create_ledger(ledger: TableRef) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the ledger: a ``ReplacingMergeTree(version)`` with persisted block
+    numbers (the claims' order, see :func:`~airflow_provider_s3ch.core.ledger.confirm`).
+
+    :param ledger: the ledger table.
+    """
+    return f"""CREATE TABLE IF NOT EXISTS {render_table(ledger)}
+(
+    `table` String COMMENT 'the target, database.name',
+    `bucket` String COMMENT 'the S3 bucket',
+    `key` String COMMENT 'the object key',
+    `etag` String COMMENT 'the ETag from the listing, without quotes: another ETag is another version',
+    `size` UInt64 COMMENT 'bytes, from the listing',
+    `last_modified` Nullable(DateTime64(3, 'UTC')) COMMENT 'from the listing',
+    `chunk` UInt32 DEFAULT 0 COMMENT 'the load''s chunk the file was in (1, 2, ...); 0: a load not split',
+    `load_id` String COMMENT 'the load: its query id stem, the same for every try of one task instance',
+    `query_id` String COMMENT 'the try that wrote the row; pending and loaded: the insert that read the file',
+    `state` Enum8('claimed' = 1, 'pending' = 2, 'loaded' = 3, 'released' = 4),
+    `rows` Nullable(UInt64) COMMENT 'rows the file gave, where known',
+    `claimed_at` DateTime64(6, 'UTC') DEFAULT now64(6) COMMENT 'when the load claimed the file',
+    `updated_at` DateTime64(6, 'UTC') DEFAULT now64(6) COMMENT 'when this state was written',
+    `version` UInt64 DEFAULT toUnixTimestamp64Nano(now64(9)) COMMENT 'the latest version of a row is its state'
+)
+ENGINE = ReplacingMergeTree(version)
+ORDER BY (`table`, `bucket`, `key`, `etag`, `chunk`, `load_id`)
+SETTINGS enable_block_number_column = 1
+COMMENT 's3ch file ledger: one row per file version, chunk and load (docs/ledger.md)'"""
+
+
+def ledger_engine_problem(engine: str, engine_full: str) -> str | None:
+    """Why an existing table cannot be the ledger, or None when it can.
+
+    :param engine: ``system.tables.engine``.
+    :param engine_full: ``system.tables.engine_full``.
+    """
+    if engine != "ReplacingMergeTree":
+        return f"its engine is {engine}, not ReplacingMergeTree"
+    if "enable_block_number_column = 1" not in engine_full:
+        return "it lacks SETTINGS enable_block_number_column = 1 (the order of claims)"
+    return None
+
+
+#: The columns a state row is written with (``claimed_at`` too for a state after a claim).
+WRITE_COLUMNS = ("table", "bucket", "key", "etag", "size", "last_modified", "chunk", "load_id", "query_id", "state",
+                 "rows")
+
+
+def render_write(ledger: TableRef, *, with_claimed_at: bool) -> str:
+    """``INSERT INTO ledger (…) VALUES`` for the driver's rows; ``claimed_at`` is the server's now unless given.
+
+    :param ledger: the ledger table.
+    :param with_claimed_at: the rows carry ``claimed_at`` (a state after the claim keeps the claim's time).
+    """
+    columns = [*WRITE_COLUMNS, "claimed_at"] if with_claimed_at else list(WRITE_COLUMNS)
+    return f"INSERT INTO {render_table(ledger)} ({', '.join(quote_identifier(c) for c in columns)}) VALUES"
+
+
+def render_read(ledger: TableRef, files_table: str) -> str:
+    """The latest version of every row of the target and bucket whose key is in the external table
+    ``files_table`` (one ``key String`` column), or whose load is ``%(own)s``; with the claim's age by the
+    server's clock and the latest version's block number (the columns of :data:`READ_FIELDS`). Parameters:
+    ``t``, ``b``, ``own``.
+
+    :param ledger: the ledger table.
+    :param files_table: the name of the external table of keys sent with the query.
+    """
+    return (
+        "SELECT key, etag, chunk, load_id, argMax(query_id, version), toString(argMax(state, version)), "
+        "argMax(size, version), argMax(last_modified, version), argMax(rows, version), "
+        "argMax(claimed_at, version), dateDiff('microsecond', argMax(claimed_at, version), now64(6)) / 1e6, "
+        "argMax(_block_number, version), max(version) "
+        f"FROM {render_table(ledger)} "
+        f"WHERE `table` = %(t)s AND bucket = %(b)s AND (key IN (SELECT key FROM {quote_identifier(files_table)}) "
+        "OR load_id = %(own)s) "
+        "GROUP BY key, etag, chunk, load_id"
+    )
+
+
+#: The fields of :class:`LedgerRow`, in the order :func:`render_read` selects them.
+READ_FIELDS = ("key", "etag", "chunk", "load_id", "query_id", "state", "size", "last_modified", "rows", "claimed_at",
+               "age_s", "block", "version")
+
+
+def state_rows(
+    target: str, bucket: str, files: Iterable[S3Object | LedgerRow], *, load_id: str, query_id: str, state: State,
+    rows: int | None = None, chunk_of: Mapping[str, int] | None = None,
+) -> list[tuple[object, ...]]:
+    """The driver's rows for :func:`render_write`: one per file, in ``state``; ``claimed_at`` appended
+    (from the ledger row) when ``files`` are rows.
+
+    :param target: the target, ``database.name``.
+    :param bucket: the bucket.
+    :param files: the listing's objects (a claim) or ledger rows (a later state of them).
+    :param load_id: the load the rows belong to.
+    :param query_id: the try that writes them, or the insert that read the files.
+    :param state: the state to write.
+    :param rows: rows the file gave, where known.
+    :param chunk_of: the chunk of each object's key (:data:`WHOLE_FILE` for a key it does not name).
+    """
+    out: list[tuple[object, ...]] = []
+    chunk_of = chunk_of or {}
+    for f in files:
+        if isinstance(f, LedgerRow):
+            out.append((target, bucket, f.key, f.etag, f.size, f.last_modified, f.chunk, load_id, query_id, state,
+                        rows if rows is not None else f.rows, f.claimed_at))
+        else:
+            out.append((target, bucket, f.key, f.etag or "", f.size, f.last_modified,
+                        chunk_of.get(f.key, WHOLE_FILE), load_id, query_id, state, rows))
+    return out
