@@ -11,11 +11,13 @@ import time
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
+from tenacity import RetryCallState
+
 from airflow_provider_s3ch.core.deferral import http_params
 from airflow_provider_s3ch.core.errors import server_text
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, InvalidRequestError, LoadError
 from airflow_provider_s3ch.hooks.clickhouse import HTTP_CONN_TYPE, HTTP_PORTS
-from airflow_provider_s3ch.hooks.query_log import is_listed, kill_query
+from airflow_provider_s3ch.hooks.query_log import is_listed, kill_query, poll
 
 if TYPE_CHECKING:
     from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
@@ -99,30 +101,38 @@ def start_insert_http(
                 f"insert over HTTP: set the extra 'http_port' of connection {hook.clickhouse_conn_id!r} to the "
                 "server's HTTP port"
             ) from exc
-        sent = last = time.monotonic()
+        sent = time.monotonic()
         limit = float(confirm_timeout if confirm_timeout is not None else options.get("send_receive_timeout") or 3600)
-        while True:
-            # every ``interval`` at first, then every second (a wait for admission may be long)
+
+        def look() -> bool | None:
+            """The server's answer (True: finished), False once it lists the query, None while neither.
+            The wait is the socket's: every ``interval`` at first, then every second (admission may be long)."""
             readable, _, _ = select.select([conn.sock], [], [], interval if time.monotonic() - sent < 5 else 1.0)
             if readable:
                 return _http_outcome(hook, conn, where)
-            if is_listed(hook, query_id):
-                if log is not None:
-                    log.info("The server at %s runs query %s (started over HTTP): it goes on without this "
-                             "process", where, query_id)
-                return False
+            return False if is_listed(hook, query_id) else None
+
+        logged = [sent]
+
+        def waiting(state: RetryCallState) -> None:
             now = time.monotonic()
-            if now - sent > limit:
-                kill_query(hook, query_id)
-                raise LoadError(
-                    f"ClickHouse at {where} did not list query {query_id} in system.processes within "
-                    f"{limit:.0f} s of its HTTP request; killed it"
-                )
-            if log is not None and now - last >= log_every:
-                last = now
+            if log is not None and now - logged[0] >= log_every:
+                logged[0] = now
                 log.info("The server at %s has not started query %s yet, %.0f s after it was sent (under a "
                          "workload, it waits for admission): waiting for it before deferring", where, query_id,
                          now - sent)
+
+        outcome = poll(limit, 0, until=lambda answer: answer is not None, on_wait=waiting)(look)
+        if outcome is None:
+            kill_query(hook, query_id)
+            raise LoadError(
+                f"ClickHouse at {where} did not list query {query_id} in system.processes within "
+                f"{limit:.0f} s of its HTTP request; killed it"
+            )
+        if not outcome and log is not None:
+            log.info("The server at %s runs query %s (started over HTTP): it goes on without this process",
+                     where, query_id)
+        return outcome
     finally:
         conn.close()
 
