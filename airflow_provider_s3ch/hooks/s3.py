@@ -1,5 +1,4 @@
-"""S3 through Airflow's ``aws`` connection: listing, HeadObject, GetBucketLocation
-(Parquet footers: :mod:`.s3_footers`).
+"""S3 through Airflow's ``aws`` connection: listing, HeadObject, GetBucketLocation (footers: :mod:`.s3_footers`).
 
 AwsBaseHook is how Airflow users expect AWS credentials to work: keys, profiles,
 assumed roles, session tokens, ``endpoint_url`` in the extra. The worker uses it
