@@ -28,7 +28,7 @@ from airflow_provider_s3ch.core.ledger import Chunk
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE
 from airflow_provider_s3ch.core.lineage import LoadFacts
 from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics
-from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest, Manifest
+from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.core.plan import peak_estimate
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Resume, decide_resume, plan_steps
 from airflow_provider_s3ch.core.schema import Column
@@ -39,7 +39,6 @@ from airflow_provider_s3ch.core.staging import finalize_statements
 from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import LoadError, S3chError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.query_log import QueryLog
 from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
 from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_comment
 from airflow_provider_s3ch.load.insert import Inserter, run_steps
@@ -144,7 +143,7 @@ class LoadRun:
                 return ledger.nothing_new(int((time.monotonic() - started) * 1000))
             return self._complete(hook, loads, wall_ms=int((time.monotonic() - started) * 1000),
                                   columns=self._columns, objects=[o for one in loads for o in one.files or []],
-                                  ledger=ledger.summary, chunked=bool(ledger.selection.chunks))
+                                  ledger=ledger.summary(), chunked=bool(ledger.selection.chunks))
         except BaseException:
             if ledger is not None:  # give the claims back when nothing of the load can still land
                 ledger.abandon()
@@ -272,7 +271,8 @@ class LoadRun:
     ) -> Loaded:
         """One insert's end: its figures from ``system.query_log``, the staging table brought into the
         target (the ledger marks around it)."""
-        queries = QueryLog(hook)
+        assert self.inserter is not None
+        queries = self.inserter.queries
         entry = queries.entry(query_id, fan_out)
         metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
                                distributed=distributed, target_distributed=one.target.is_distributed)
@@ -307,14 +307,13 @@ class LoadRun:
 
     def _complete(
         self, hook: ClickHouseHook, loads: list[Loaded], *, wall_ms: int, columns: list[Column] | None,
-        objects: list[Any] | None, ledger: Any = None, chunked: bool = False,
+        objects: list[S3Object] | None, ledger: dict[str, Any] | None = None, chunked: bool = False,
     ) -> LoadReport:
         """The load's end, whatever its kind: the lineage facts, the report and its log line."""
         metrics = combine_chunks([one.metrics for one in loads if one.metrics is not None])
         moved = sorted({p for one in loads for p in one.partitions})
         self._keep_lineage(hook, loads, metrics, moved, columns, objects)
-        report = build_report(loads, metrics, moved, wall_ms=wall_ms, ledger=ledger() if ledger else None,
-                              chunked=chunked)
+        report = build_report(loads, metrics, moved, wall_ms=wall_ms, ledger=ledger, chunked=chunked)
         attached, steps = report.attached_to, loads[-1].steps
         self.log.info("%s %d rows (%d bytes) in %d ms%s%s: %.0f rows/s, peak memory %d bytes; %s",
                       f"Took the figures of earlier try {attached}:" if isinstance(attached, str) else "Loaded",
@@ -325,8 +324,8 @@ class LoadRun:
                       metrics.memory_usage, f"{steps.mode} of partitions {', '.join(moved)}" if moved else steps.mode)
         return report
 
-    def _keep_lineage(self, hook: ClickHouseHook, loads: list[Loaded], metrics: Any, moved: list[str],
-                      columns: list[Column] | None, objects: list[Any] | None) -> None:
+    def _keep_lineage(self, hook: ClickHouseHook, loads: list[Loaded], metrics: LoadMetrics, moved: list[str],
+                      columns: list[Column] | None, objects: list[S3Object] | None) -> None:
         """What the load's lineage and asset events say (names, the table's columns, the figures; no
         credentials): the files as listed (again, when a deferred load had too many to carry)."""
         last = loads[-1]
