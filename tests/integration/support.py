@@ -120,3 +120,22 @@ class ReservationBlocker:
     def __exit__(self, *exc: object) -> None:
         if self._thread.is_alive():
             self.release()
+
+
+def wait_answering(url: str, timeout: float = 120.0) -> None:
+    """Wait until an HTTP server answers ``url`` (any status: an error is an answer). A server started as its own
+    process (moto) takes seconds to import and bind on a busy machine; raise if it never answers."""
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=5).close()
+            return
+        except urllib.error.HTTPError:
+            return
+        except OSError as exc:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no answer from {url} within {timeout:g} s: {exc}") from exc
+            time.sleep(0.1)

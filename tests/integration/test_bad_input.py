@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pytest
 from airflow.sdk.exceptions import AirflowFailException
@@ -24,7 +23,7 @@ from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import SampleDataset
 from airflow_provider_s3ch.local.stack import free_port
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from tests.integration.support import count, fake_context
+from tests.integration.support import count, fake_context, wait_answering
 
 TABLE = "default.guarded"
 
@@ -138,16 +137,7 @@ def test_access_denied(stack, guarded, env_conn, tmp_path) -> None:
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        import urllib.request
-
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
-                break
-            except Exception as exc:  # noqa: BLE001
-                if getattr(exc, "code", None):
-                    break
-                time.sleep(0.1)
+        wait_answering(f"http://127.0.0.1:{port}/")
         env_conn(
             "aws_denied",
             {"conn_type": "aws", "login": "AKIAUNKNOWN", "password": "wrong-secret",

@@ -17,7 +17,6 @@ import subprocess
 import sys
 import tarfile
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -33,7 +32,7 @@ from airflow_provider_s3ch.errors import BucketError, NoObjectsError
 from airflow_provider_s3ch.hooks.s3 import build_manifest, list_matching
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from tests.integration.support import fake_context
+from tests.integration.support import fake_context, wait_answering
 
 pytestmark = pytest.mark.integration
 
@@ -345,14 +344,7 @@ def get_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
     endpoint = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(100):
-            try:
-                urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1)
-                break
-            except Exception as exc:  # noqa: BLE001 - not up yet
-                if getattr(exc, "code", None):
-                    break
-                time.sleep(0.1)
+        wait_answering(f"{endpoint}/moto-api/")
         admin = {"endpoint_url": endpoint, "region_name": "us-east-1", "aws_access_key_id": "setup",
                  "aws_secret_access_key": "setup"}
         s3, iam = boto3.client("s3", **admin), boto3.client("iam", **admin)
