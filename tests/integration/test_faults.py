@@ -348,9 +348,9 @@ def test_on_kill_kills_the_query_and_leaves_the_target_untouched(fx: Fx, mode: s
     assert 0 < partial < ROWS
     killed_at = time.monotonic()
     op.on_kill()
-    wait_gone(fx.stack, qid(op, run_id, 1), timeout=10)
+    wait_gone(fx.stack, qid(op, run_id, 1), timeout=120)  # at once on a quiet machine; a busy one is slower
     gone_after = time.monotonic() - killed_at
-    thread.join(timeout=60)
+    thread.join(timeout=300)
     assert isinstance(box.get("error"), LoadError), box
     assert "QUERY_WAS_CANCELLED" in str(box["error"]) or "394" in str(box["error"]), box["error"]
     assert fingerprint(fx.stack, t.table) == t.before

@@ -117,7 +117,7 @@ def _using(path: Path) -> list[str]:
 
 def _serving(up: Up) -> tuple[Path, dict]:
     """Wait until ``up`` serves; prove it with a table on the node; return its data directory and connection."""
-    up.wait_for(READY)
+    up.wait_for(READY, timeout=180)  # the stack waits up to 90 s for each server
     workdir = Path(next(line for line in up.lines if line.startswith("# data: ")).split()[2])
     exports = [line.removeprefix("export ").split("=", 1) for line in up.lines if line.startswith("export ")]
     conns = [json.loads(shlex.split(value)[0]) for name, value in exports if name.startswith("AIRFLOW_CONN_")]
@@ -143,7 +143,7 @@ def test_a_stop_signal_ends_every_process_and_removes_the_data(tmp_path: Path, u
 
     t0 = time.monotonic()
     up.proc.send_signal(signum)
-    assert up.proc.wait(timeout=30) == 0
+    assert up.proc.wait(timeout=120) == 0
     stopped_in = time.monotonic() - t0
 
     assert _alive(children) == []
@@ -151,19 +151,21 @@ def test_a_stop_signal_ends_every_process_and_removes_the_data(tmp_path: Path, u
     assert not workdir.exists()
     assert list(tmp_path.iterdir()) == [], "nothing the stack created stays behind"
     assert any(line.startswith(f"# {signum.name}: stopped") for line in up.rest())
-    assert stopped_in < 15
+    # The stack SIGTERMs each process and SIGKILLs one still there after 10 s: one node and the S3 server stop
+    # within ~20 s even when they do not shut down (a few seconds on a quiet machine; a busy one is slower).
+    assert stopped_in < 45, stopped_in
 
 
 def test_a_signal_during_start_up_also_cleans_up(tmp_path: Path, up: Up) -> None:
     # Signal as soon as the first node has its directory: the stack is still starting.
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while not list(tmp_path.glob("s3ch-local-*/node0/config.xml")):
         assert time.monotonic() < deadline and up.proc.poll() is None, "the stack did not start"
         time.sleep(0.02)
     workdir = next(tmp_path.glob("s3ch-local-*"))
     children = psutil.Process(up.proc.pid).children(recursive=True)
     up.proc.send_signal(signal.SIGTERM)
-    assert up.proc.wait(timeout=30) == 0
+    assert up.proc.wait(timeout=120) == 0
 
     assert _alive(children) == []
     assert _using(workdir) == []
