@@ -102,7 +102,7 @@ def test_a_deferred_load_survives_the_scheduler_and_the_triggerer_killed_and_res
     started = time.monotonic()
     airflow.start("api-server", "scheduler", "dag-processor", "triggerer")
     try:
-        _wait("the DAG to be parsed", lambda: airflow.db("SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 120, airflow)
+        _wait("the DAG to be parsed", lambda: airflow.db("SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 300, airflow)
         assert airflow.run("dags", "unpause", DAG_ID).returncode == 0
         triggered = airflow.run("dags", "trigger", DAG_ID)
         assert triggered.returncode == 0, triggered.stdout[-2000:] + triggered.stderr[-2000:]
@@ -112,7 +112,7 @@ def test_a_deferred_load_survives_the_scheduler_and_the_triggerer_killed_and_res
             followed = any(_trigger_logs(tmp_path).values())  # the triggerer saw the insert running
             return _running_loads(stack) if states == [("deferred",)] and followed else []
 
-        (query_id,) = _wait("the task to defer and the triggerer to follow the insert", deferred_while_loading, 120,
+        (query_id,) = _wait("the task to defer and the triggerer to follow the insert", deferred_while_loading, 300,
                             airflow, interval=0.5)
         (first_triggerer,) = _trigger_logs(tmp_path)
         ((run_id,),) = airflow.db("SELECT run_id FROM dag_run WHERE dag_id = ?", DAG_ID)
@@ -141,7 +141,7 @@ def test_a_deferred_load_survives_the_scheduler_and_the_triggerer_killed_and_res
             followed = any(_trigger_logs(tmp_path, second_run).values())
             return _running_loads(stack) if _ti(airflow, second_run) == [(1, "deferred")] and followed else []
 
-        (cleared_query,) = _wait("the second run's task to defer", second_deferred_while_loading, 120, airflow,
+        (cleared_query,) = _wait("the second run's task to defer", second_deferred_while_loading, 300, airflow,
                                  interval=0.5)
         cleared = airflow.run("tasks", "clear", DAG_ID, "-t", "deferred", "-s", SECOND_RUN_DATE, "-e",
                               SECOND_RUN_DATE, "-y")
@@ -152,10 +152,14 @@ def test_a_deferred_load_survives_the_scheduler_and_the_triggerer_killed_and_res
     finally:
         airflow.stop()
 
-    # The restarted triggerer took the trigger over and followed the insert while it still ran.
+    # The first triggerer followed the insert while it ran; the restarted one took the trigger over and fired its
+    # event. Whether the insert still ran when the new triggerer first looked is a race between Airflow's restart
+    # and the insert's ~30 s (a busy machine starts Airflow slower): its log says either.
     looks = _trigger_logs(tmp_path, run_id)
-    assert len(looks) == 2 and all(looks.values()), looks
-    assert looks[first_triggerer] > 0 and min(looks.values()) > 0
+    assert len(looks) == 2 and looks[first_triggerer] > 0, looks
+    (second_triggerer,) = set(looks) - {first_triggerer}
+    second_log = next(tmp_path.glob(f"logs/dag_id={DAG_ID}/run_id={run_id}/task_id=deferred/{second_triggerer}"))
+    assert f"{query_id} finished: {ROWS} rows written" in second_log.read_text(errors="replace"), looks
     # 1. The first run: its first try, every row by one insert over HTTP, never repeated.
     assert _ti(airflow, run_id) == [(1, "success")]
     assert _inserts(stack, query_id) == [(query_id, "QueryFinish", 2, ROWS, 0)]

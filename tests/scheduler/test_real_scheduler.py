@@ -160,7 +160,7 @@ def test_a_backfill_under_the_real_scheduler_loads_every_month_exactly(stack: Lo
     # or not. The dag-processor still writes as it parses: a refused create (nothing committed) is made again.
     airflow.start("api-server", "dag-processor")
     try:
-        _wait("the DAG to be parsed", lambda: airflow.db("SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 120, airflow)
+        _wait("the DAG to be parsed", lambda: airflow.db("SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 300, airflow)
         assert airflow.run("dags", "unpause", DAG_ID).returncode == 0
         for _ in range(3):
             created = airflow.run("backfill", "create", "--dag-id", DAG_ID, "--from-date", "2008-07-01", "--to-date",
@@ -175,7 +175,7 @@ def test_a_backfill_under_the_real_scheduler_loads_every_month_exactly(stack: Lo
         killed: list[int] = []
 
         def kill_one() -> None:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 300
             while time.monotonic() < deadline and not killed:
                 for proc in airflow.task_processes():
                     try:
