@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_s3ch.core.history import (
@@ -29,6 +29,7 @@ def past(written: int, files: int, peak: int, model: int, *, cap: int = 8 * GiB,
                     written_rows=1, memory_usage=peak, duration_ms=1000)
 
 
+@settings(deadline=None)  # no per-example time limit: a busy machine can pause any example
 @given(file_bytes=st.integers(0, 10**13), model=st.integers(0, 10**12), cap=st.integers(0, 10**12),
        step=st.sampled_from(["plan", "halve", "one_thread", "smallest"]), key=st.text(min_size=1, max_size=20))
 def test_a_tag_reads_back_as_written_and_starts_with_its_keys_prefix(file_bytes, model, cap, step, key) -> None:
@@ -52,6 +53,7 @@ def test_expansion_is_the_median_of_written_per_file_byte_and_only_without_foote
     assert learn(loads, footers=True).expansion is None
 
 
+@settings(deadline=None)
 @given(ratios=st.lists(st.floats(0.01, 100), min_size=1, max_size=10))
 def test_memory_scale_is_bounded_and_ignores_loads_at_their_cap(ratios) -> None:
     loads = [past(1, 1, int(1000 * r), 1000) for r in ratios]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, SchemaError
@@ -44,6 +44,7 @@ def test_identifiers_leave_out_functions_literals_and_numbers() -> None:
     assert identifiers('("odd name", `with\\`tick`, `new\\nline`)') == ["odd name", "with`tick", "new\nline"]
 
 
+@settings(deadline=None)  # no per-example time limit: a busy machine can pause any example
 @given(st.lists(st.text(min_size=1, max_size=12).filter(lambda s: "\0" not in s), min_size=1, max_size=5, unique=True))
 def test_a_list_of_columns_becomes_a_tuple_whose_identifiers_are_those_columns(names: list[str]) -> None:
     table = spec(order_by=names)
