@@ -95,11 +95,15 @@ def test_readme_style_dag_with_text_formats_and_globs(tmp_path: Path, dag_stack:
     ch = dag_stack.clickhouse_client()
     ch.execute(posts_ddl("default.f_posts"))
     for table in ("f_events_csv", "f_events_tsv"):
-        ch.execute(f"CREATE TABLE default.{table} (id UInt32, name String, amount Float64) ENGINE = MergeTree ORDER BY id")
+        ch.execute(
+            f"CREATE TABLE default.{table} (id UInt32, name String, amount Float64) ENGINE = MergeTree ORDER BY id"
+        )
     csv_rows = tsv_rows = 0
     for region, n in (("eu", 120), ("us", 80), ("ap", 40)):
         body = "id,name,amount\n" + "".join(f"{i},{region}{i},{i / 4}\n" for i in range(n))
-        s3.put_object(Bucket="s3ch-formats", Key=f"csv/{region}/2024/01/part-0.csv.gz", Body=gzip.compress(body.encode()))
+        s3.put_object(
+            Bucket="s3ch-formats", Key=f"csv/{region}/2024/01/part-0.csv.gz", Body=gzip.compress(body.encode())
+        )
         csv_rows += n
         tsv = "id\tname\tamount\n" + "".join(f"{i}\t{region}{i}\t{i / 4}\n" for i in range(n))
         s3.put_object(Bucket="s3ch-formats", Key=f"tsv/{region}/part-0.tsv", Body=tsv.encode())
@@ -108,7 +112,11 @@ def test_readme_style_dag_with_text_formats_and_globs(tmp_path: Path, dag_stack:
     home = _run_dag(tmp_path, Path(__file__).parent / "dags", dag_stack, "s3ch_formats")
 
     parquet_rows = ch.execute("SELECT count() FROM default.f_posts")[0][0]
-    expected = {"parquet": (parquet_rows, "f_posts"), "csv_gz": (csv_rows, "f_events_csv"), "tsv": (tsv_rows, "f_events_tsv")}
+    expected = {
+        "parquet": (parquet_rows, "f_posts"),
+        "csv_gz": (csv_rows, "f_events_csv"),
+        "tsv": (tsv_rows, "f_events_tsv"),
+    }
     assert parquet_rows == 6_000  # two of the three months: {2008-07,2008-08}
     assert months.rows == 9_000
     for task_id, (rows, table) in expected.items():
@@ -127,7 +135,9 @@ def test_cluster_example_dag_goes_distributed(tmp_path: Path) -> None:
         xcom = read_xcom(home, "s3_to_clickhouse_posts_cluster", "load_posts")
         assert xcom["strategy"] == "distributed"
         assert xcom["written_rows"] == data.rows
-        assert xcom["table_changes"]["created"] == "Distributed over MergeTree tables, node by node (the cluster has no Keeper)"
+        assert xcom["table_changes"]["created"] == (
+            "Distributed over MergeTree tables, node by node (the cluster has no Keeper)"
+        )
         assert xcom["settings"]["parallel_distributed_insert_select"] == 2
         # s3Cluster hands the files out one at a time to whichever node asks first: a node may get none of the
         # six (seen on a busy machine). What the engine does promise: every shard runs a secondary insert, each
@@ -153,7 +163,9 @@ def test_cluster_example_dag_goes_distributed(tmp_path: Path) -> None:
             assert local == secondary[0] == per_node[node.address], (node.address, local, secondary, per_node)
 
 
-def test_a_type_error_is_not_retried_and_a_server_that_does_not_answer_is(tmp_path: Path, dag_stack: LocalStack) -> None:
+def test_a_type_error_is_not_retried_and_a_server_that_does_not_answer_is(
+    tmp_path: Path, dag_stack: LocalStack
+) -> None:
     """Through Airflow's own task runner: retries=2 on both tasks."""
     dag_stack.create_bucket("s3ch-retries")
     dag_stack.s3_client().put_object(Bucket="s3ch-retries", Key="typed/bad.csv", Body=b"id,name\nabc,x\n")

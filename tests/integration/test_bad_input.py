@@ -181,6 +181,8 @@ def test_numbers_out_of_range_fail_before_the_server_sees_them(stack, posts, gua
 
 def test_a_clickhouse_connection_airflow_does_not_know_is_a_terminal_error(stack, posts, guarded) -> None:
     """(An unknown aws_conn_id is the amazon provider's business: it falls back to boto3's default chain.)"""
-    exc = _fails(stack, guarded, InvalidRequestError, "no_such_ch", s3_uri=posts.s3_uri, clickhouse_conn_id="no_such_ch")
+    exc = _fails(
+        stack, guarded, InvalidRequestError, "no_such_ch", s3_uri=posts.s3_uri, clickhouse_conn_id="no_such_ch"
+    )
     assert "define the connection" in str(exc) and "clickhouse_conn_id" in str(exc)
     assert isinstance(exc, AirflowFailException)

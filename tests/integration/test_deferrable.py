@@ -187,7 +187,9 @@ def test_a_deferrable_load_returns_the_figures_of_a_load_that_did_not_defer(
     assert {k: v for k, v in deferred["settings"].items() if k not in ("max_memory_usage", "log_comment")} == {
         k: v for k, v in normal["settings"].items() if k not in ("max_memory_usage", "log_comment")}
     assert deferred["settings"]["max_memory_usage"] == deferred["budget_bytes"]
-    assert [(c["name"], c["status"]) for c in deferred["checks"]] == [(c["name"], c["status"]) for c in normal["checks"]]
+    assert [(c["name"], c["status"]) for c in deferred["checks"]] == [
+        (c["name"], c["status"]) for c in normal["checks"]
+    ]
     assert sorted(deferred) == sorted(normal)
     assert count(stack, slow_table) == count(stack, other) == ROWS
     assert [e[1] for e in _log_entries(stack, deferred["query_id"])] == ["HTTP"]
@@ -336,7 +338,9 @@ def test_under_a_workload_the_task_defers_once_the_server_admitted_the_insert(wl
     data = write_posts(wl_stack.s3_client(), SAMPLE_BUCKET, rows=ROWS, months=2, prefix="deferrable-wl/")
     table = f"default.slow_{uuid.uuid4().hex[:8]}"
     wl_stack.clickhouse_client().execute(posts_ddl(table))
-    wl_stack.clickhouse_client().execute(f"ALTER TABLE {table} ADD COLUMN slow UInt8 MATERIALIZED sleepEachRow({SLEEP})")
+    wl_stack.clickhouse_client().execute(
+        f"ALTER TABLE {table} ADD COLUMN slow UInt8 MATERIALIZED sleepEachRow({SLEEP})"
+    )
     triggers: list[LoadTrigger] = []
     # The blocker holds 2 GiB of the workload's 3 GiB until the load has waited in the server's queue for 1.5 s
     # (not for a fixed time from the start: planning the load takes longer on a busy machine).

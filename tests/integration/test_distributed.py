@@ -69,7 +69,8 @@ def test_each_node_ran_its_share_with_the_planned_settings(
         client.execute("SYSTEM FLUSH LOGS")
         rows = client.execute(
             "SELECT written_rows, Settings['max_memory_usage'], Settings['insert_deduplicate'] FROM system.query_log "
-            "WHERE initial_query_id = %(q)s AND is_initial_query = 0 AND type = 'QueryFinish' AND query_kind = 'Insert'",
+            "WHERE initial_query_id = %(q)s AND is_initial_query = 0 "
+            "AND type = 'QueryFinish' AND query_kind = 'Insert'",
             {"q": result["query_id"]},
         )
         assert rows, f"no secondary insert on {node['node']}"

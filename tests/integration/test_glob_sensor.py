@@ -247,7 +247,9 @@ def test_a_dag_run_defers_the_sensor_until_the_files_arrive_then_loads_them(tmp_
         text=True,
     )
     lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True).start()  # type: ignore[union-attr]
+    threading.Thread(
+        target=lambda: [lines.put(line) for line in proc.stdout], daemon=True  # type: ignore[union-attr]
+    ).start()
     log: list[str] = []
     uploaded_at = None
     deadline = time.monotonic() + 400

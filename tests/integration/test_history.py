@@ -37,8 +37,11 @@ def csv_posts(stack: LocalStack, posts: SampleDataset) -> str:
         table = pq.read_table(io.BytesIO(s3.get_object(Bucket=posts.bucket, Key=key)["Body"].read()))
         out = io.BytesIO()
         pacsv.write_csv(table, out)
-        s3.put_object(Bucket=posts.bucket, Key=key.replace("history/posts/", "history/csv/").replace(".parquet", ".csv.gz"),
-                      Body=gzip.compress(out.getvalue(), compresslevel=1))
+        s3.put_object(
+            Bucket=posts.bucket,
+            Key=key.replace("history/posts/", "history/csv/").replace(".parquet", ".csv.gz"),
+            Body=gzip.compress(out.getvalue(), compresslevel=1),
+        )
     return f"s3://{posts.bucket}/history/csv/*.csv.gz"
 
 

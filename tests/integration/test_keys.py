@@ -190,7 +190,11 @@ def test_double_slash_and_leading_slash_keys_are_refused(stack: LocalStack) -> N
     # '%2Ftop.csv' is the key '/top.csv', read as 'top.csv'.
     assert [r[0] for r in client.execute(sql, {"url": f"{stack.s3_endpoint}/{BUCKET}/%2Ftop.csv", **creds})] == [4]
     # The provider refuses each before ClickHouse runs anything.
-    for pattern, match in [("d/x//y.csv", "holds '//'"), ("/top.csv", "starts with '/'"), ("d/x/**", "narrow the glob")]:
+    for pattern, match in [
+        ("d/x//y.csv", "holds '//'"),
+        ("/top.csv", "starts with '/'"),
+        ("d/x/**", "narrow the glob"),
+    ]:
         with pytest.raises(InvalidRequestError, match=match):
             build_manifest(s3, LoadRequest(s3_uri=f"s3://{BUCKET}/{pattern}", table="t"))
 

@@ -431,7 +431,9 @@ def _killed_worker(f: Files, run_id: str, kill_at: str) -> None:
     assert proc.returncode == -signal.SIGKILL, proc.stdout[-3000:] + proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("kill_at", ["before_pending", "before_moves", "mid_moves", "after_moves", "before_moves_cleared"])
+@pytest.mark.parametrize(
+    "kill_at", ["before_pending", "before_moves", "mid_moves", "after_moves", "before_moves_cleared"]
+)
 def test_a_worker_killed_around_the_partition_moves_is_completed_by_its_retry(
     stack: LocalStack, bucket: str, kill_at: str
 ) -> None:

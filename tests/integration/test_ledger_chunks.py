@@ -224,7 +224,9 @@ def test_a_20_chunk_load_killed_at_random_points_ends_with_every_row_once(stack:
     for try_number, (chunk, boundary) in enumerate(points, start=1):
         _killed_try(f, run_id, try_number, chunk, boundary, per_chunk=2)
         rows = per_file(f)
-        assert set(rows.values()) <= {100}, f"seed {seed}: a file twice after a kill at chunk {chunk} {boundary}: {rows}"
+        assert set(rows.values()) <= {100}, (
+            f"seed {seed}: a file twice after a kill at chunk {chunk} {boundary}: {rows}"
+        )
         seen.append(f"{chunk}:{boundary}({len(rows)} files in)")
         if try_number == 1:  # another run meanwhile: the files are the killed load's, not new
             other = f.run("other", max_files_per_load=2)

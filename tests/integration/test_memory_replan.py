@@ -76,7 +76,9 @@ def test_a_cap_no_plan_fits_fails_naming_what_was_tried_and_leaves_the_table(
         "SELECT name FROM system.tables WHERE startsWith(name, %(p)s)", {"p": STAGING_PREFIX})
 
 
-def test_later_chunks_start_from_the_plan_that_fitted(stack: LocalStack, posts: SampleDataset, posts_table: str) -> None:
+def test_later_chunks_start_from_the_plan_that_fitted(
+    stack: LocalStack, posts: SampleDataset, posts_table: str
+) -> None:
     """A chunked load (one file per chunk): chunk 1 steps down after the memory limit; chunk 2 starts from
     the step that fitted instead of failing the first plan again."""
     op = S3ToClickHouseOperator(task_id="load", s3_uri=posts.s3_uri, table=posts_table, memory_cap="256MiB",

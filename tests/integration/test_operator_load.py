@@ -50,7 +50,9 @@ def test_settings_override_wins_and_is_reported(stack: LocalStack, posts: Sample
     assert count(stack, posts_table) == posts.rows
 
 
-def test_dry_run_loads_nothing_and_shows_redacted_sql(stack: LocalStack, posts: SampleDataset, posts_table: str) -> None:
+def test_dry_run_loads_nothing_and_shows_redacted_sql(
+    stack: LocalStack, posts: SampleDataset, posts_table: str
+) -> None:
     op = S3ToClickHouseOperator(task_id="load", s3_uri=posts.s3_uri, table=posts_table, dry_run=True)
     result = op.execute(fake_context())
     assert result["dry_run"] is True
@@ -69,7 +71,9 @@ def test_gzip_csv_with_header_and_tsv_with_names_from_brace_and_double_star_glob
     bucket = "s3ch-text"
     stack.create_bucket(bucket)
     client = stack.clickhouse_client()
-    client.execute("CREATE TABLE default.events (id UInt32, name String, amount Float64) ENGINE = MergeTree ORDER BY id")
+    client.execute(
+        "CREATE TABLE default.events (id UInt32, name String, amount Float64) ENGINE = MergeTree ORDER BY id"
+    )
     expected = 0
     for region in ("eu", "us", "ap"):
         for day in ("01", "02"):
@@ -81,7 +85,9 @@ def test_gzip_csv_with_header_and_tsv_with_names_from_brace_and_double_star_glob
             if region in ("eu", "us"):
                 expected += len(rows)
 
-    csv_op = S3ToClickHouseOperator(task_id="csv", s3_uri=f"s3://{bucket}/csv/{{eu,us}}/**.csv.gz", table="default.events")
+    csv_op = S3ToClickHouseOperator(
+        task_id="csv", s3_uri=f"s3://{bucket}/csv/{{eu,us}}/**.csv.gz", table="default.events"
+    )
     csv_result = csv_op.execute(fake_context("csv"))
     assert csv_result["format"] == "CSVWithNames" and csv_result["compression"] == "gzip"
     assert csv_result["files"] == 4 and csv_result["written_rows"] == expected
@@ -106,7 +112,9 @@ def test_public_bucket_without_credentials(stack: LocalStack, env_conn) -> None:
     stack.clickhouse_client().execute(
         "CREATE TABLE default.public_rows (id UInt32, name String, amount Float64) ENGINE = MergeTree ORDER BY id"
     )
-    env_conn("aws_public", {"conn_type": "aws", "extra": {"endpoint_url": stack.s3_endpoint, "region_name": "eu-west-3"}})
+    env_conn(
+        "aws_public", {"conn_type": "aws", "extra": {"endpoint_url": stack.s3_endpoint, "region_name": "eu-west-3"}}
+    )
     kwargs = {"s3_uri": "s3://s3ch-public/open/*.csv", "table": "default.public_rows", "aws_conn_id": "aws_public"}
     plan = S3ToClickHouseOperator(task_id="plan", dry_run=True, **kwargs).execute(fake_context())
     assert "NOSIGN" in plan["sql"]
@@ -148,12 +156,16 @@ def test_bucket_in_other_region_on_an_endpoint_that_is_not_aws_loads_unjudged(
     assert region["status"] == "skipped" and "not AWS" in region["message"]
 
 
-def test_a_retry_after_the_s3_uri_changed_loads_afresh(stack: LocalStack, posts: SampleDataset, posts_table: str) -> None:
+def test_a_retry_after_the_s3_uri_changed_loads_afresh(
+    stack: LocalStack, posts: SampleDataset, posts_table: str
+) -> None:
     """Try 1 loaded one month; the DAG was edited to the next month before try 2: try 2 must not take try 1's
     figures (nor its staging table) but load the new month."""
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     first, second = (f"s3://{posts.bucket}/{key}" for key in posts.keys[:2])
-    one = S3ToClickHouseOperator(task_id="load", s3_uri=first, table=posts_table).execute(fake_context("load", 1, run_id))
+    one = S3ToClickHouseOperator(task_id="load", s3_uri=first, table=posts_table).execute(
+        fake_context("load", 1, run_id)
+    )
     again = S3ToClickHouseOperator(task_id="load", s3_uri=first, table=posts_table)
     assert again.query_id(fake_context("load", 2, run_id)).stem == one["query_id"].split("-")[1]
     two = S3ToClickHouseOperator(task_id="load", s3_uri=second, table=posts_table).execute(

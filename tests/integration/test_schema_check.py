@@ -105,10 +105,15 @@ def test_the_check_shows_in_a_dry_runs_plan(stack: LocalStack, posts: SampleData
 
 def test_a_missing_column_with_a_default_loads(stack: LocalStack) -> None:
     uri = _parquet(stack, "schema/default/part-0.parquet", {"id": pa.array([2, 3], pa.int64()), "name": ["b", "c"]})
-    table = _table(stack, "id UInt64, name String, source String DEFAULT 'from-default', n Nullable(String) DEFAULT NULL")
+    table = _table(
+        stack, "id UInt64, name String, source String DEFAULT 'from-default', n Nullable(String) DEFAULT NULL"
+    )
     result = _load(table, uri)
     assert result["written_rows"] == 2
-    assert _rows(stack, table, "id, name, source, n")[1:] == [(2, "b", "from-default", None), (3, "c", "from-default", None)]
+    assert _rows(stack, table, "id, name, source, n")[1:] == [
+        (2, "b", "from-default", None),
+        (3, "c", "from-default", None),
+    ]
     check = _schema_check(result)
     assert check["status"] == "ok" and "source, n not in the file" in check["message"]
 

@@ -27,7 +27,10 @@ HOSTILE: dict[str, dict[str, Any]] = {
     "max_query_size too small": {"settings": {"max_query_size": 10}},
     "unknown setting": {"settings": {"no_such_setting_at_all": 1}},
     "setting of the wrong type": {"settings": {"max_threads": "lots"}},
-    "structure over max_query_size": {"structure": ", ".join(f"c{i} UInt8" for i in range(40_000)), "format": "Parquet"},
+    "structure over max_query_size": {
+        "structure": ", ".join(f"c{i} UInt8" for i in range(40_000)),
+        "format": "Parquet",
+    },
     "structure that does not parse": {"structure": "id UInt64, (((", "format": "Parquet"},
     "format the server does not know": {"format": "NoSuchFormat"},
     "compression the server does not know": {"compression": "nosuchcodec"},

@@ -37,7 +37,9 @@ def _name() -> str:
 
 
 def _load(table: str, s3_uri: str, **kwargs: Any) -> dict[str, Any]:
-    return S3ToClickHouseOperator(task_id="tables", s3_uri=s3_uri, table=table, **kwargs).execute(fake_context("tables"))
+    return S3ToClickHouseOperator(task_id="tables", s3_uri=s3_uri, table=table, **kwargs).execute(
+        fake_context("tables")
+    )
 
 
 def _columns(stack: LocalStack, table: str, node: int = 0) -> list[tuple[str, str]]:
@@ -84,7 +86,10 @@ FILES = {
     "CSVWithNames": ("csv", lambda: b"id,name,score\n1,a,1.5\n2,,2.5\n3,c,\n"),
     "JSONEachRow": (
         "jsonl",
-        lambda: b'{"id":1,"name":"a","score":1.5}\n{"id":2,"name":null,"score":2.5}\n{"id":3,"name":"c","score":null}\n',
+        lambda: (
+            b'{"id":1,"name":"a","score":1.5}\n{"id":2,"name":null,"score":2.5}\n'
+            b'{"id":3,"name":"c","score":null}\n'
+        ),
     ),
 }
 
@@ -265,7 +270,9 @@ def test_ignore_extra_loads_the_rest_and_names_the_left_out_column(
 def test_text_into_a_nullable_number_fails_before_loading_naming_file_and_column(stack: LocalStack) -> None:
     """The server would read 'not a number' as NULL there without an error: the check refuses it."""
     prefix, table = _prefix(), _name()
-    _parquet(stack, f"{prefix}/01/part.parquet", {"id": pa.array([1, 2], pa.int64()), "n": pa.array([5, 6], pa.int64())})
+    _parquet(
+        stack, f"{prefix}/01/part.parquet", {"id": pa.array([1, 2], pa.int64()), "n": pa.array([5, 6], pa.int64())}
+    )
     _parquet(stack, f"{prefix}/02/part.parquet", {"id": pa.array([3], pa.int64()), "n": ["not a number"]})
     _load(table, f"s3://{SAMPLE_BUCKET}/{prefix}/01/*.parquet", create_table="if_missing", order_by="id")
     with pytest.raises(SchemaError) as info:

@@ -261,4 +261,7 @@ def test_a_distributed_load_reserves_on_every_node(wl_cluster: LocalStack) -> No
         S3ToClickHouseOperator(
             task_id="dist_big", s3_uri=data.s3_uri, table=dist, memory_cap="6GiB", **CLUSTER_CONNS
         ).execute(fake_context(task_id="dist_big"))
-    assert count(wl_cluster, local, node=0) + count(wl_cluster, local, node=1) + count(wl_cluster, local, node=2) == data.rows
+    assert (
+        count(wl_cluster, local, node=0) + count(wl_cluster, local, node=1) + count(wl_cluster, local, node=2)
+        == data.rows
+    )

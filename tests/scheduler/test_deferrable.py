@@ -176,7 +176,8 @@ def test_a_deferred_load_survives_the_scheduler_and_the_triggerer_killed_and_res
     assert f"Killing query {cleared_query} on 127.0.0.1:{stack.nodes[0].tcp_port}" in trigger_log
     # The table holds each run's rows once: twice the files.
     file_sums = ch.execute(
-        f"SELECT count(), sum(cityHash64(Id, Body, Title)) FROM s3('{stack.s3_endpoint}/{BUCKET}/{data.prefix}*.parquet', "
+        "SELECT count(), sum(cityHash64(Id, Body, Title)) "
+        f"FROM s3('{stack.s3_endpoint}/{BUCKET}/{data.prefix}*.parquet', "
         f"'{stack.s3_access_key}', '{stack.s3_secret_key}', 'Parquet')"
     )[0]
     assert file_sums[0] == ROWS

@@ -253,7 +253,8 @@ _KEY = st.text(st.sampled_from("ab/_-.%# +=éü0"), min_size=1, max_size=12).fil
 
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.lists(st.sampled_from(["in", "ä x", "p%", "y#"]), min_size=1, max_size=3), min_size=0),
-       st.lists(st.tuples(st.sampled_from(["claimed", "pending", "loaded", "released"]), st.sampled_from([OTHER, THIRD]),
+       st.lists(st.tuples(st.sampled_from(["claimed", "pending", "loaded", "released"]),
+                          st.sampled_from([OTHER, THIRD]),
                           st.sampled_from(["e1", "e2"]), st.booleans(), st.booleans()), max_size=12),
        st.sampled_from(["skip", "reload"]))
 def test_every_listed_file_gets_exactly_one_outcome(paths, states, on_changed) -> None:

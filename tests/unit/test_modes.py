@@ -216,7 +216,9 @@ def test_prepare_creates_the_staging_table_and_marks_it_for_overwrite() -> None:
         prepare_statements(direct, staging_exists=False)
 
 
-@pytest.mark.parametrize(("mode", "verb"), [("append", "MOVE PARTITION ID"), ("replace_partitions", "REPLACE PARTITION ID")])
+@pytest.mark.parametrize(
+    ("mode", "verb"), [("append", "MOVE PARTITION ID"), ("replace_partitions", "REPLACE PARTITION ID")]
+)
 def test_finalize_moves_or_replaces_each_partition_then_drops_the_staging_table(mode: str, verb: str) -> None:
     f = finalize_statements(_steps(mode), staging_comment="", target_comment="", staging_partitions=PARTS)
     assert [verb in s.sql for s in f.steps] == [True, True, False]

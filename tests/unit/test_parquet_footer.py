@@ -32,7 +32,8 @@ COLUMNS = {
         pa.decimal128(18, 2),
     ),
     "list": lambda d, n: pa.array(
-        d(st.lists(st.lists(st.integers(0, 1000), max_size=5) | st.none(), min_size=n, max_size=n)), pa.list_(pa.int32())
+        d(st.lists(st.lists(st.integers(0, 1000), max_size=5) | st.none(), min_size=n, max_size=n)),
+        pa.list_(pa.int32()),
     ),
     "struct": lambda d, n: pa.array(
         d(st.lists(st.fixed_dictionaries({"a": st.integers(0, 9), "b": st.text(max_size=5)}), min_size=n, max_size=n)),

@@ -20,7 +20,8 @@ def files(count: int, total: int, fmt: str, compression: str | None = None, *, u
     size = total // count
     return Manifest(bucket="b", pattern="p/*", prefix="p/", format=fmt, compression=compression,
                     objects=[S3Object(key=f"p/{i:04d}", size=size) for i in range(count)],
-                    uncompressed_bytes=uncompressed, max_row_group_bytes=row_group, footer_files=count if row_group else 0)
+                    uncompressed_bytes=uncompressed, max_row_group_bytes=row_group,
+                    footer_files=count if row_group else 0)
 
 
 # The benchmark's datasets (make bench, bench/results/results.json) and loads measured on them: the settings the
@@ -97,7 +98,9 @@ def test_scale_and_expansion_move_the_prediction() -> None:
 def test_the_plan_carries_its_prediction_and_a_cap_plan_predicts_over_the_cap() -> None:
     # The guide's first plan for 3 files of one 204 MiB row group each under a 1 GiB cap measured ~1.2 GiB
     # (a memory limit at 1 GiB); the prediction says so.
-    p = make_plan(request(memory_cap="1GiB"), FEW_LARGE, profile(cores=2, memory=16 * 1024 * MiB), source_url=SOURCE_URL)
+    p = make_plan(
+        request(memory_cap="1GiB"), FEW_LARGE, profile(cores=2, memory=16 * 1024 * MiB), source_url=SOURCE_URL
+    )
     assert p.predicted_peak_bytes == 1024 * MiB and "reaches max_memory_usage" in (p.predicted_peak_reason or "")
     free = make_plan(request(), MANY_SMALL, profile(cores=2, memory=16 * 1024 * MiB), source_url=SOURCE_URL)
     assert free.predicted_peak_bytes is not None and 300 * MiB < free.predicted_peak_bytes < 700 * MiB

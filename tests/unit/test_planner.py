@@ -215,7 +215,11 @@ def test_small_load_caps_block_by_data() -> None:
 def test_benchmark_sized_load_gets_data_sized_blocks() -> None:
     # The benchmark's parquet_few_large on 2 cores: 232 MB, ~650 MB uncompressed by the footers,
     # 2 threads x 4 blocks -> ~81 MB, far under the formula (10 GiB / 6).
-    p = plan(request(), footer_manifest(225 * MiB, 650_000_000, files=3, total=232_000_000), profile(cores=2, memory=20 * GiB))
+    p = plan(
+        request(),
+        footer_manifest(225 * MiB, 650_000_000, files=3, total=232_000_000),
+        profile(cores=2, memory=20 * GiB),
+    )
     assert p.settings.values["max_insert_threads"] == 2
     assert p.settings.values["min_insert_block_size_bytes"] == 650_000_000 // 8
     assert "several blocks" in p.settings.reasons["min_insert_block_size_bytes"]

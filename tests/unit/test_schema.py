@@ -123,9 +123,15 @@ def test_off_and_nameless_formats_skip_without_reading() -> None:
     assert off.skipped is not None and off.skipped.status == "skipped" and not (off.file or off.structure)
     csv = schema_reads("strict", "CSV", None)
     assert csv.skipped is not None and "structure=" in csv.skipped.message
-    assert schema_reads("strict", "CSV", "a UInt8").model_dump(exclude={"skipped"}) == {"file": False, "structure": True}
-    assert schema_reads("strict", "Parquet", "a UInt8").model_dump(exclude={"skipped"}) == {"file": True, "structure": True}
-    assert schema_reads("strict", "CSVWithNames", None).model_dump(exclude={"skipped"}) == {"file": True, "structure": False}
+    assert schema_reads("strict", "CSV", "a UInt8").model_dump(exclude={"skipped"}) == {
+        "file": False, "structure": True
+    }
+    assert schema_reads("strict", "Parquet", "a UInt8").model_dump(exclude={"skipped"}) == {
+        "file": True, "structure": True
+    }
+    assert schema_reads("strict", "CSVWithNames", None).model_dump(exclude={"skipped"}) == {
+        "file": True, "structure": False
+    }
 
 
 def test_hive_path_columns_may_be_missing_from_the_table_and_their_types_are_guesses() -> None:

@@ -24,7 +24,8 @@ def first(threads: int, block: int, buffer: int | None = 50 * MiB) -> InsertSett
 
 
 @settings(max_examples=200, deadline=None)
-@given(threads=st.integers(min_value=1, max_value=64), block=st.integers(min_value=MIN_BLOCK_BYTES, max_value=4096 * MiB),
+@given(threads=st.integers(min_value=1, max_value=64),
+       block=st.integers(min_value=MIN_BLOCK_BYTES, max_value=4096 * MiB),
        cores=st.integers(min_value=1, max_value=128), buffer=st.one_of(st.none(), st.integers(1, 200 * MiB)))
 def test_every_step_holds_no_more_than_the_one_before_and_keeps_the_cap(threads, block, cores, buffer) -> None:
     plan = first(threads, block, buffer)
@@ -66,7 +67,10 @@ def test_the_steps_go_down_as_documented() -> None:
 
 
 def test_the_query_memory_limit_is_told_from_the_servers_in_both_wordings() -> None:
-    new = "Query memory limit exceeded: would use 411.74 MiB (attempt to allocate chunk of 34.78 MiB), maximum: 384.00 MiB"
+    new = (
+        "Query memory limit exceeded: would use 411.74 MiB (attempt to allocate chunk of 34.78 MiB), "
+        "maximum: 384.00 MiB"
+    )
     old = "Memory limit (for query) exceeded: would use 9.31 GiB, maximum: 9.31 GiB"
     server = "Memory limit (total) exceeded: would use 20.1 GiB, maximum: 20 GiB"
     assert is_query_memory_limit(241, new) and is_query_memory_limit(241, old)

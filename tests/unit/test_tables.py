@@ -135,7 +135,9 @@ def test_add_columns_adds_what_the_files_have_and_the_table_lacks_never_path_col
     ]
     assert [c.name for c in with_added(cols("id Int64, name String"), evolution)] == ["id", "name", "extra"]
     for policy in ("fail", "ignore_extra"):
-        assert evolve(target, cols("id Int64"), files, policy=policy, file=FILES).statements == []  # type: ignore[arg-type]
+        assert evolve(
+            target, cols("id Int64"), files, policy=policy, file=FILES  # type: ignore[arg-type]
+        ).statements == []
 
 
 def test_add_columns_on_a_distributed_target_alters_the_local_tables_then_the_distributed_one() -> None:
@@ -154,9 +156,9 @@ def test_the_request_takes_the_contract_and_refuses_two_opposite_ones() -> None:
     request = LoadRequest.from_arguments(s3_uri="s3://b/k.parquet", table="t", on_schema_change="add_columns",
                                          create_table="if_missing")  # fmt: skip
     assert request.schema_change == "add_columns" and request.create_table == "if_missing"
-    assert LoadRequest.from_arguments(s3_uri="s3://b/k.parquet", table="t", schema_check="ignore_extra").schema_change == (
-        "ignore_extra"
-    )  # fmt: skip
+    assert LoadRequest.from_arguments(
+        s3_uri="s3://b/k.parquet", table="t", schema_check="ignore_extra"
+    ).schema_change == "ignore_extra"
     with pytest.raises(InvalidRequestError, match="give one"):
         LoadRequest.from_arguments(s3_uri="s3://b/k.parquet", table="t", on_schema_change="add_columns",
                                    schema_check="ignore_extra")  # fmt: skip

@@ -106,7 +106,9 @@ def test_workload_settings_with_for_clauses_and_quotes() -> None:
 
 
 def test_the_limit_is_the_smallest_max_memory_on_the_path() -> None:
-    child = WorkloadEntity(name="loads", parent="all", create_query="CREATE WORKLOAD loads IN `all` SETTINGS max_memory = '2Gi'")
+    child = WorkloadEntity(
+        name="loads", parent="all", create_query="CREATE WORKLOAD loads IN `all` SETTINGS max_memory = '2Gi'"
+    )
     limit = workload_limit("loads", node(workloads=[ROOT_3GI, child]))
     assert limit is not None and (limit.bytes, limit.source, limit.path) == (2 * GiB, "loads", ["loads", "all"])
     limit = workload_limit("loads", node())
