@@ -518,8 +518,7 @@ def test_a_task_deferred_by_the_recorded_code_completes_after_an_upgrade(
     """A task deferred by the recorded code (its trigger's arguments in the triggerer's table, its
     ``DeferredLoad`` in them) resumes after an upgrade: the trigger and ``execute_complete`` of this code read
     the old payload, and the load it names finishes."""
-    if not PAYLOAD_V1.exists():
-        pytest.skip(f"{PAYLOAD_V1.name} is recorded by test_deferred with S3CH_RECORD_GOLDENS=1")
+    assert PAYLOAD_V1.exists(), f"{PAYLOAD_V1.name} is missing: it is recorded once, from the code it describes"
     recorded = json.loads(PAYLOAD_V1.read_text())
     table = slowed_table(stack, ph)
     op = S3ToClickHouseOperator(task_id="load", s3_uri=months.s3_uri, table=table, deferrable=True, poll_interval=0.5)
