@@ -49,18 +49,19 @@ from airflow_provider_s3ch.load.target import prepare_target
 
 @dataclass(frozen=True)
 class RunOptions:
-    """What the run needs beside the request: the connections, the table to create, and how it waits.
+    """What the run needs beside the request: the connections, the table to create, and how it waits. No
+    defaults here: the operator's arguments are the one place that sets them.
 
     :param defers: the load starts its insert over HTTP and signals a deferral (``deferrable``, no ledger).
     """
 
     clickhouse_conn_id: str
     aws_conn_id: str | None
-    table_spec: TableSpec | None = None
-    defers: bool = False
-    earlier_try_timeout: float = 6 * 3600.0
-    claim_timeout: float = 900.0
-    learn_from_history: bool = True
+    table_spec: TableSpec | None
+    defers: bool
+    earlier_try_timeout: float
+    claim_timeout: float
+    learn_from_history: bool
 
 
 class LoadRun:
