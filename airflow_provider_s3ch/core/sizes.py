@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
@@ -14,13 +16,16 @@ GiB = 1024 * MiB
 MAX_SIZE = 2**63 - 1
 
 _BYTE_SIZE = TypeAdapter(ByteSize)
+#: Kubernetes' and ClickHouse's binary suffixes (``8Gi``, ``512Mi``), which ByteSize spells ``GiB``, ``MiB``.
+_BINARY_SHORT = re.compile(r"([\d.\s]+[KMGTPE]i)", re.IGNORECASE)
 
 
 def parse_size(value: int | float | str | None, name: str = "memory_cap") -> int | None:
     """Parse a byte size: an integer, or a string such as ``"8GiB"``, ``"512 MiB"``, ``"2GB"``.
 
-    Units are pydantic's :class:`~pydantic.ByteSize` ones (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB...,
-    any case).
+    Binary units are powers of 1024: ``Ki``/``KiB``, ``Mi``/``MiB``, ``Gi``/``GiB``, ``Ti``/``TiB`` (the
+    Kubernetes and ClickHouse spelling, and pydantic's :class:`~pydantic.ByteSize` one); decimal units are
+    powers of 1000: ``K``/``KB``, ``M``/``MB``, ``G``/``GB``, ``T``/``TB``. Any case.
 
     :param value: bytes as a number, or a number followed by a unit.
     :param name: the argument's name, for the error message.
@@ -32,11 +37,14 @@ def parse_size(value: int | float | str | None, name: str = "memory_cap") -> int
     if isinstance(value, bool):
         raise InvalidRequestError(f"{name}={value!r} is not a size; give bytes or a string like '8GiB'")
     try:
-        size = int(_BYTE_SIZE.validate_python(value.strip() if isinstance(value, str) else value))
+        text = value.strip() if isinstance(value, str) else value
+        if isinstance(text, str) and _BINARY_SHORT.fullmatch(text):
+            text += "B"
+        size = int(_BYTE_SIZE.validate_python(text))
     except (ValidationError, ValueError, OverflowError):
         raise InvalidRequestError(
             f"{name}={value!r} is not a size; give bytes (e.g. 8589934592) or a number with a unit "
-            "such as '8GiB', '512MiB' or '2GB'"
+            "such as '8Gi' or '8GiB' (powers of 1024), '512Mi', or '2G' / '2GB' (powers of 1000)"
         ) from None
     if size <= 0:
         raise InvalidRequestError(f"{name}={value!r} must be positive; give bytes or a string like '8GiB'")

@@ -14,13 +14,14 @@ from airflow_provider_s3ch.core.sizes import parse_size
 @pytest.mark.parametrize(
     ("text", "size"),
     [("8GiB", 8 * 1024**3), ("512 MiB", 512 * 1024**2), ("2GB", 2 * 10**9), (1024, 1024), ("1.5GiB", 1610612736),
-     ("100", 100), (None, None), ("", None)],
+     ("100", 100), (None, None), ("", None), ("8Gi", 8 * 1024**3), ("512Mi", 512 * 1024**2), ("1 Ti", 1024**4),
+     ("64Ki", 64 * 1024), ("1.5Gi", 1610612736), ("8gi", 8 * 1024**3), ("1G", 10**9), ("3M", 3 * 10**6)],
 )
 def test_parse_size(text, size) -> None:
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["lots", "8 GiBs", "-1", "0", "1e9", True, "GiB"])
+@pytest.mark.parametrize("text", ["lots", "8 GiBs", "-1", "0", "1e9", True, "GiB", "Gi", "8Gii", "8Xi"])
 def test_parse_size_rejects_with_the_fix(text) -> None:
     with pytest.raises(InvalidRequestError, match="8GiB"):
         parse_size(text)
