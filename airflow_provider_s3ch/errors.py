@@ -42,6 +42,10 @@ class NoObjectsError(S3chTerminalError, core.NoObjectsError):
     """The glob matched no object."""
 
 
+class NothingMatchedError(NoObjectsError, core.NothingMatchedError):
+    """Not one object matches the glob: the files may not have arrived (``skip_when_empty`` skips the task)."""
+
+
 class FormatError(S3chTerminalError, core.FormatError):
     """The files' format or compression is unknown or mixed."""
 
@@ -97,6 +101,7 @@ class LoadError(S3chTransientError):
 
 _FROM_CORE: dict[type[core.CoreError], type[S3chTerminalError]] = {
     core.InvalidRequestError: InvalidRequestError,
+    core.NothingMatchedError: NothingMatchedError,
     core.NoObjectsError: NoObjectsError,
     core.FormatError: FormatError,
     core.TableError: TableError,

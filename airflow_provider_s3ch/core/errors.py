@@ -24,6 +24,10 @@ class NoObjectsError(CoreError):
     """The glob matched no object."""
 
 
+class NothingMatchedError(NoObjectsError):
+    """Not one object matches the glob: the files may not have arrived (``skip_when_empty`` skips the task)."""
+
+
 class FormatError(CoreError):
     """The files' format or compression is unknown or mixed."""
 

@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import Any, NamedTuple
 
-from airflow_provider_s3ch.core.errors import FormatError, InvalidRequestError, NoObjectsError
+from airflow_provider_s3ch.core.errors import FormatError, InvalidRequestError, NoObjectsError, NothingMatchedError
 from airflow_provider_s3ch.core.formats import detect_compression, detect_format, is_compressed
 from airflow_provider_s3ch.core.glob import (
     archive_path_syntax,
@@ -194,6 +194,14 @@ def with_footers(manifest: Manifest, footers: FooterStats) -> Manifest:
     )
 
 
+#: What to do when nothing matches: the glob may be wrong, or the files not there yet.
+_NOT_YET = (
+    "check the s3_uri and its glob; if the files have not arrived yet, put an S3GlobSensor "
+    "(airflow_provider_s3ch.sensors) with the same s3_uri in front of this task to wait for them, "
+    "or pass skip_when_empty=True to end the run as skipped"
+)
+
+
 def check_listing(request: LoadRequest, listing: Listing) -> None:
     """Raise when the load would read nothing, fail on a missing key, or read a key under another name.
 
@@ -206,17 +214,14 @@ def check_listing(request: LoadRequest, listing: Listing) -> None:
     if not objects:
         if listing.direct is not None:
             looked = f"read directly, without listing: {len(set(listing.direct))} key(s) looked up, none found"
-            raise NoObjectsError(
-                f"no object in bucket {bucket!r} matches {pattern!r} ({looked}); check the s3_uri and its glob"
-            )
+            raise NothingMatchedError(f"no object in bucket {bucket!r} matches {pattern!r} ({looked}); {_NOT_YET}")
         if seen:
             examples = ", ".join(repr(k) for k in listing.others)
             listed = f"{seen} object{'s' if seen != 1 else ''}, none matching, e.g. {examples}"
         else:
             listed = "no objects"
-        raise NoObjectsError(
-            f"no object in bucket {bucket!r} matches {pattern!r} (listed prefix {prefix!r}: {listed}); "
-            "check the s3_uri and its glob"
+        raise NothingMatchedError(
+            f"no object in bucket {bucket!r} matches {pattern!r} (listed prefix {prefix!r}: {listed}); {_NOT_YET}"
         )
     if listing.unreadable:
         shown = "; ".join(f"{key!r} {reason}" for key, reason in listing.unreadable[:EXAMPLES])

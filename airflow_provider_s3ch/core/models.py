@@ -130,7 +130,8 @@ class LoadRequest(BaseModel):
     #: With ``skip_loaded``: the ledger table, ``database.name`` or ``name`` (in the target's database);
     #: None: ``<target database>._s3ch_ledger``.
     ledger_table: str | None = None
-    #: With ``skip_loaded``: a run with no new file is skipped (Airflow's skipped state) instead of succeeding.
+    #: A run with nothing to load is skipped (Airflow's skipped state): no object matches the glob (instead of
+    #: NoObjectsError), or, with ``skip_loaded``, no new file (instead of succeeding with zero rows).
     skip_when_empty: bool = False
     #: With ``skip_loaded``: the most files one insert reads; a larger selection loads in consecutive chunks,
     #: each through its own staging table and committed with its ledger rows (docs/ledger.md).

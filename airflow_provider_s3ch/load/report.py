@@ -167,4 +167,4 @@ class DeferLoad(Exception):
 
 
 class NothingNew(Exception):
-    """The signal of an incremental run without a new file under ``skip_when_empty``: the task is skipped."""
+    """The signal of a run with nothing to load under ``skip_when_empty``: the task is skipped."""

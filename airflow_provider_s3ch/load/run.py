@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_s3ch.core.deferral import SETTLE_SECONDS, DeferredLoad
+from airflow_provider_s3ch.core.errors import NothingMatchedError
 from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
 from airflow_provider_s3ch.core.history import Learned, TagFacts, history_key, learn
 from airflow_provider_s3ch.core.history import tag as history_tag
@@ -43,7 +44,7 @@ from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
 from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_comment
 from airflow_provider_s3ch.load.insert import Inserter, run_steps
 from airflow_provider_s3ch.load.ledger import LedgerRun
-from airflow_provider_s3ch.load.report import DeferLoad, Loaded, LoadReport, build_report, dry_run_report
+from airflow_provider_s3ch.load.report import DeferLoad, Loaded, LoadReport, NothingNew, build_report, dry_run_report
 from airflow_provider_s3ch.load.target import prepare_target
 
 
@@ -98,7 +99,12 @@ class LoadRun:
         started = time.monotonic()
         request = self.request
         source = S3Source(self.options.aws_conn_id)
-        manifest = build_manifest(source.client(), request)
+        try:
+            manifest = build_manifest(source.client(), request)
+        except NothingMatchedError as exc:
+            if request.skip_when_empty and not request.dry_run:
+                raise NothingNew(f"{exc.args[0].split(';')[0]}: skipped (skip_when_empty=True)") from exc
+            raise
         self.log.info("Manifest: %d files, %d bytes, format %s, compression %s, bucket region %s",
                       manifest.file_count, manifest.total_bytes, manifest.format, manifest.compression,
                       manifest.region)

@@ -78,7 +78,7 @@ class S3ToClickHouseOperator(BaseOperator):
     :param on_changed: with ``skip_loaded``, a file whose ETag changed: ``fail``, ``skip`` or ``reload``.
         (templated)
     :param ledger_table: with ``skip_loaded``: the ledger; default ``<target database>._s3ch_ledger``. (templated)
-    :param skip_when_empty: with ``skip_loaded``: a run without a new file ends as skipped.
+    :param skip_when_empty: a run with nothing to load (no match; with ``skip_loaded``, no new file) is skipped.
     :param claim_timeout: with ``skip_loaded``: seconds a claim holds while its load runs no query.
     :param max_files_per_load: with ``skip_loaded``: the most files one insert reads (chunks). (templated)
     :param max_bytes_per_load: with ``skip_loaded``: the most bytes one insert reads. (templated)

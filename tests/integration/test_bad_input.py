@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_provider_s3ch.errors import (
     BucketError,
@@ -54,6 +54,23 @@ def _fails(stack: LocalStack, guarded: int, error: type[Exception], match: str, 
 def test_no_object_matches(stack, posts, guarded) -> None:
     exc = _fails(stack, guarded, NoObjectsError, "no object", s3_uri=f"s3://{posts.bucket}/{posts.prefix}*.csv")
     assert "s3_uri" in str(exc) and isinstance(exc, AirflowFailException)
+    # The files may not have arrived yet: the error names the sensor to wait with, and the skip.
+    assert "S3GlobSensor" in str(exc) and "skip_when_empty=True" in str(exc)
+
+
+@pytest.mark.parametrize("skip_loaded", [False, True])
+def test_skip_when_empty_skips_a_run_that_matches_nothing(stack, posts, guarded, skip_loaded) -> None:
+    op = S3ToClickHouseOperator(task_id="early", s3_uri=f"s3://{posts.bucket}/{posts.prefix}2031-*.parquet",
+                                table=TABLE, skip_when_empty=True, skip_loaded=skip_loaded)
+    with pytest.raises(AirflowSkipException, match=r"no object .* matches .*skip_when_empty=True"):
+        op.execute(fake_context("early"))
+    assert count(stack, TABLE) == guarded
+
+
+def test_skip_when_empty_does_not_hide_a_missing_listed_key(stack, posts, guarded) -> None:
+    """A {a,b} list of which one key exists is a broken request, not 'nothing yet': it still fails."""
+    uri = f"s3://{posts.bucket}/{{{posts.keys[0]},{posts.prefix}nope.parquet}}"
+    _fails(stack, guarded, NoObjectsError, "do not exist", s3_uri=uri, skip_when_empty=True)
 
 
 def test_bucket_missing(stack, guarded) -> None:
