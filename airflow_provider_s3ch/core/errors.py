@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
+from airflow_provider_s3ch.core.rows_out import quotes_data, without_rows
+
 
 class CoreError(Exception):
     """A problem the core found in its inputs: retrying will not help; the message says what to fix."""
@@ -178,5 +180,7 @@ def classify_server_error(code: int | None, message: str = "") -> ServerErrorCla
 
 
 def server_text(text: object) -> str:
-    """A server error's text without the stack trace the server appends to it: the one place that cleans it."""
-    return str(text).split("Stack trace:")[0].strip()
+    """A server error's text without the stack trace the server appends to it, and without the rows of the
+    file a parse error quotes (:mod:`~airflow_provider_s3ch.core.rows_out`): the one place that cleans it."""
+    cleaned = str(text).split("Stack trace:")[0].strip()
+    return without_rows(cleaned)[0] if quotes_data(cleaned) else cleaned

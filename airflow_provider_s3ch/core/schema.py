@@ -453,7 +453,11 @@ def check_schema(
             message=f"{file} against table {table}{loading}: {_listing(problems, '; ')}{notes}",
         )
     source = "structure" if structure_columns is not None else file
-    return Check(name=CHECK_NAME, status="ok", message=f"{source} matches table {table}{notes}")
+    untyped = "" if typed else (
+        f"; names compared, not types: {fmt} files carry no types, each value is parsed as its column's type "
+        "during the insert"
+    )
+    return Check(name=CHECK_NAME, status="ok", message=f"{source} matches table {table}{notes}{untyped}")
 
 
 def add_check(plan: LoadPlan, check: Check) -> None:

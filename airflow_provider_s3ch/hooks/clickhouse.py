@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from airflow_provider_s3ch import NATIVE_CONN_TYPE
 from airflow_provider_s3ch.core.errors import classify_server_error, is_query_memory_limit, server_text
+from airflow_provider_s3ch.core.rows_out import data_fix, quotes_data
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.errors import (
     ClickHouseAuthError,
@@ -56,10 +57,7 @@ def _true(value: Any) -> bool:
 
 #: Client options that arrive as text from a connection URI's query string.
 _CLIENT_EXTRA_TYPES: dict[str, Any] = {
-    "connect_timeout": float,
-    "send_receive_timeout": float,
-    "sync_request_timeout": float,
-    "verify": _true,
+    "connect_timeout": float, "send_receive_timeout": float, "sync_request_timeout": float, "verify": _true,
 }
 
 
@@ -91,11 +89,9 @@ class ClickHouseHook(DbApiHook):
     supports_autocommit = True  # every statement commits on its own: there is nothing to commit
     _test_connection_sql = "SELECT 1"
 
-    def __init__(
-        self, clickhouse_conn_id: str = default_conn_name, *, schema: str | None = None, **kwargs: Any
-    ) -> None:
+    def __init__(self, clickhouse_conn_id: str = default_conn_name, *, schema: str | None = None, **kw: Any) -> None:
         # Airflow's SQL operators pass the connection's extras as keyword arguments: DbApiHook ignores them.
-        super().__init__(clickhouse_conn_id=clickhouse_conn_id, schema=schema, **kwargs)
+        super().__init__(clickhouse_conn_id=clickhouse_conn_id, schema=schema, **kw)
         self.clickhouse_conn_id = clickhouse_conn_id
         self._clients: dict[tuple[str, int], Client] = {}
         conn = self.connection
@@ -245,7 +241,10 @@ class ClickHouseHook(DbApiHook):
     def translate_error(self, exc: Exception) -> S3chError:
         """Map a clickhouse-driver error to the provider's errors, by the code table in the core."""
         code = getattr(exc, "code", None)
-        text = server_text(getattr(exc, "message", None) or exc)
+        raw = str(getattr(exc, "message", None) or exc)
+        text = server_text(raw)
+        if isinstance(exc, ch_errors.Error) and quotes_data(raw):  # the driver's error, chained to ours, too
+            exc.message, exc.args = text, (text,)
         if isinstance(exc, ch_errors.NetworkError | ch_errors.SocketTimeoutError | OSError | EOFError):
             return ClickHouseUnavailableError(
                 f"ClickHouse at {self.address} did not answer ({text}); check host and port of connection "
@@ -263,7 +262,8 @@ class ClickHouseHook(DbApiHook):
         if kind == "terminal" and is_query_memory_limit(code, text):
             return QueryMemoryLimitError(f"{message}; retrying with the same plan would fail the same way")
         if kind == "terminal":
-            return ClickHouseQueryError(f"{message}; retrying would fail the same way: fix the statement or the data")
+            fix = data_fix(raw, self.s3_endpoint_url) or "fix the statement or the data"
+            return ClickHouseQueryError(f"{message}; retrying would fail the same way: {fix}")
         return LoadError(message)
 
     def run_insert(

@@ -74,6 +74,13 @@ def test_matching_columns_in_another_order_are_fine() -> None:
     assert result.status == "ok" and result.message == f"{FILE} matches table db.t"
 
 
+@pytest.mark.parametrize("fmt", ["CSVWithNames", "TSVWithNames", "JSONEachRow"])
+def test_a_text_format_check_says_it_compared_names_not_types(fmt: str) -> None:
+    result = check("id UInt64, score Float64", "id Nullable(String), score Nullable(String)", fmt=fmt)
+    assert result.status == "ok" and "names compared, not types" in result.message and fmt in result.message
+    assert "not types" not in check("id UInt64", "id Nullable(Int64)").message  # Parquet declares its types
+
+
 @pytest.mark.parametrize("kind", ["DEFAULT", "MATERIALIZED", "ALIAS", "EPHEMERAL"])
 def test_a_column_with_an_expression_may_be_missing(kind: str) -> None:
     result = check("id UInt64, d String", "id Int64", kind={"d": kind})

@@ -1,0 +1,57 @@
+"""Parse errors rebuilt without the file's data, whatever the data holds (the shapes the engine writes;
+tests/integration/test_parse_errors.py checks them against the engine's own messages)."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from airflow_provider_s3ch.core.errors import server_text
+from airflow_provider_s3ch.core.rows_out import ParsePoint, data_fix, quotes_data, see_rows, without_rows
+
+MARK = "Zq"  # no word of a rebuilt message holds it
+values = st.text(st.characters(blacklist_categories=["Cs"]), max_size=40).map(lambda t: f"{MARK}{t}{MARK}")
+
+
+def _dump(good: str, bad: str) -> str:
+    return (
+        f"DB::Exception: Cannot parse input: expected ',' before: '{bad},{good}\\n3,x\\n': (at row 2)\n: \n"
+        f"Row 1:\nColumn 0,   name: id,   type: UInt64, parsed text: \"1\"\n"
+        f"Column 1,   name: name, type: String, parsed text: \"{good}\"\n"
+        f"Row 2:\nColumn 0,   name: id,   type: UInt64, ERROR: text \"{bad}\" is not like UInt64\n"
+        ": (in file/uri bkt/in/a.csv): While executing ParallelParsingBlockInputFormat: While executing "
+        "ReadFromObjectStorage. Stack trace:\n\n0. ? @ 0x1\n"
+    )
+
+
+@given(good=values, bad=values)
+def test_no_value_of_the_file_survives(good: str, bad: str) -> None:
+    text = server_text(_dump(good, bad))
+    assert MARK not in text
+    assert text.startswith("Cannot parse input (at row 2, column 0 'id' of type UInt64)") and "bkt/in/a.csv" in text
+
+
+@given(bad=values)
+def test_a_value_read_as_a_date_or_a_number_is_left_out(bad: str) -> None:
+    for message in (f"DB::Exception: Cannot parse date here: {bad}: (at row 7)\n: (in file/uri b/k.csv)",
+                    f"DB::Exception: Cannot parse string '{bad}' as Float64: (at row 7)",
+                    f"Code: 27. DB::Exception: Cannot parse input: expected '\"' before: '{bad}': "
+                    "(while reading the value of key id): (at row 7)"):
+        assert quotes_data(message)
+        assert MARK not in server_text(message)
+        assert "(at row 7" in server_text(message)
+
+
+def test_a_message_without_data_is_kept_as_the_server_wrote_it() -> None:
+    text = "DB::Exception: Table default.x does not exist. (UNKNOWN_TABLE) (version 26.9.2.1)"
+    assert not quotes_data(text) and server_text(text + " Stack trace:\n0. ?") == text
+    assert data_fix(text, None) is None
+
+
+def test_the_way_to_see_the_rows() -> None:
+    _, point = without_rows(_dump("a", "b"))
+    assert point == ParsePoint(file="bkt/in/a.csv", row=2)
+    assert see_rows(point, "http://127.0.0.1:9/").startswith(
+        "to see the rows, run SELECT * FROM s3('http://127.0.0.1:9/bkt/in/a.csv', 'LineAsString') LIMIT 3 OFFSET 1")
+    assert "s3('https://bkt.s3.amazonaws.com/in/a.csv'" in see_rows(point, None)
+    assert "LineAsString" in (data_fix(_dump("a", "b"), None) or "")
