@@ -68,3 +68,8 @@ def fmt_bytes(n: float) -> str:
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.2f} {unit}"
     return f"{int(n)} B"
 
+
+
+def is_byte_setting(name: str) -> bool:
+    """Whether a ClickHouse setting's value is a number of bytes (for a readable size beside it in the log)."""
+    return name.endswith("_bytes") or name in ("max_memory_usage", "max_download_buffer_size", "reserve_memory")

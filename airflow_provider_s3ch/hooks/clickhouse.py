@@ -276,8 +276,8 @@ class ClickHouseHook(DbApiHook):
         The log says when the server's first progress came: under a workload (docs/many-loads.md) the
         server holds the query back until its ``reserve_memory`` is free, so that is the wait seen from
         here; the server's own figure is in ``system.query_log`` (the XCom's ``admission_wait_ms``)."""
-        started = last = time.monotonic()
-        running = False
+        started, running, settings = time.monotonic(), False, settings or {}
+        last = started
         try:
             with quiet_loggers("clickhouse_driver"):
                 progress = self.client().execute_with_progress(sql, settings=settings, query_id=query_id)
@@ -285,8 +285,8 @@ class ClickHouseHook(DbApiHook):
                     if log is not None and not running:
                         running = True
                         log.info("The server runs the load: its first progress came %.1f s after the statement "
-                                 "was sent (under a workload, after the wait for admission)",
-                                 time.monotonic() - started)
+                                 "was sent%s", time.monotonic() - started,
+                                 " (after the wait for the workload's admission)" if "workload" in settings else "")
                     if log is not None and time.monotonic() - last >= log_every:
                         last = time.monotonic()
                         log.info("Progress: %d rows read%s", rows, f" of {total}" if total else "")

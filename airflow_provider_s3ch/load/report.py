@@ -132,14 +132,25 @@ def build_report(
     if len(loads) > 1 and predicted:  # chunks: the largest chunk's prediction beside the largest chunk's peak
         result.update(predicted_memory_usage=max(predicted),
                       memory_vs_predicted=peak_ratio(metrics.memory_usage, max(predicted)))
-    result["memory_attempts"] = [{**a, **({"chunk": one.chunk} if one.chunk else {})}
+    result["memory_attempts"] = [{**a, "settings": _public(a["settings"], last.plan),
+                                  **({"chunk": one.chunk} if one.chunk else {})}
                                  for one in loads for a in one.memory_attempts]
+    result.update(settings=_public(result["settings"], last.plan),
+                  settings_reasons=_public(result["settings_reasons"], last.plan))
     if len(loads) > 1 or chunked:
         files = [o for one in loads for o in one.files or []]
         result.update(files=len(files), bytes=sum(o.size for o in files), chunks=[one.figures() for one in loads])
     if ledger is not None:
         result["ledger"] = ledger
     return LoadReport(**result)
+
+
+def _public(settings: dict[str, Any] | None, plan: LoadPlan) -> dict[str, Any] | None:
+    """The settings for the XCom: without the provider's own ``log_comment`` tag (the history's, which
+    ``system.query_log`` keeps), unless the task set it."""
+    if settings is None or "log_comment" in plan.settings.overrides:
+        return settings
+    return {name: value for name, value in settings.items() if name != "log_comment"}
 
 
 def dry_run_report(query_id: str, sql: str, plan: LoadPlan, steps: LoadSteps, table: dict[str, Any],

@@ -34,8 +34,8 @@ from airflow_provider_s3ch.core.plan import peak_estimate
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Resume, decide_resume, plan_steps
 from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile
-from airflow_provider_s3ch.core.sizes import fmt_bytes
-from airflow_provider_s3ch.core.sql import render_insert, shorten
+from airflow_provider_s3ch.core.sizes import fmt_bytes, is_byte_setting
+from airflow_provider_s3ch.core.sql import render_insert, sql_summary
 from airflow_provider_s3ch.core.staging import finalize_statements
 from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import LoadError, S3chError
@@ -105,8 +105,8 @@ class LoadRun:
             if request.skip_when_empty and not request.dry_run:
                 raise NothingNew(f"{exc.args[0].split(';')[0]}: skipped (skip_when_empty=True)") from exc
             raise
-        self.log.info("Manifest: %d files, %d bytes, format %s, compression %s, bucket region %s",
-                      manifest.file_count, manifest.total_bytes, manifest.format, manifest.compression,
+        self.log.info("Manifest: %d files, %s, format %s, compression %s, bucket region %s",
+                      manifest.file_count, fmt_bytes(manifest.total_bytes), manifest.format, manifest.compression,
                       manifest.region)
         hook = ClickHouseHook(self.options.clickhouse_conn_id)
         self.inserter = Inserter(hook, source.credentials(), self.log)
@@ -322,13 +322,14 @@ class LoadRun:
         self._keep_lineage(hook, loads, metrics, moved, columns, objects)
         report = build_report(loads, metrics, moved, wall_ms=wall_ms, ledger=ledger, chunked=chunked)
         attached, steps = report.attached_to, loads[-1].steps
-        self.log.info("%s %d rows (%d bytes) in %d ms%s%s: %.0f rows/s, peak memory %d bytes; %s",
+        self.log.info("%s %d rows (%s) in %d ms%s%s: %.0f rows/s, peak memory %s; %s",
                       f"Took the figures of earlier try {attached}:" if isinstance(attached, str) else "Loaded",
-                      metrics.written_rows, metrics.written_bytes, metrics.duration_ms,
+                      metrics.written_rows, fmt_bytes(metrics.written_bytes), metrics.duration_ms,
                       f" over {len(loads)} chunks" if len(loads) > 1 else "",
                       f" (waited {metrics.admission_wait_ms} ms for admission, ran {metrics.run_ms} ms)"
                       if metrics.admission_wait_ms else "", metrics.rows_per_second,
-                      metrics.memory_usage, f"{steps.mode} of partitions {', '.join(moved)}" if moved else steps.mode)
+                      fmt_bytes(metrics.memory_usage),
+                      f"{steps.mode} of partitions {', '.join(moved)}" if moved else steps.mode)
         return report
 
     def _keep_lineage(self, hook: ClickHouseHook, loads: list[Loaded], metrics: LoadMetrics, moved: list[str],
@@ -373,13 +374,16 @@ class LoadRun:
 
     def _log_plan(self, plan: LoadPlan, steps: LoadSteps, redacted_sql: str, profile: ServerProfile) -> None:
         log = self.log
-        log.info("Server: ClickHouse %s, %d cores, memory %d bytes (%s), cluster %s with %d nodes, target %s",
-                 profile.version, profile.cores, profile.memory_bytes, profile.memory_source,
+        log.info("Server: ClickHouse %s, %d cores, memory %s (%s), cluster %s with %d nodes, target %s",
+                 profile.version, profile.cores, fmt_bytes(profile.memory_bytes), profile.memory_source,
                  profile.cluster, len(profile.nodes), profile.table.engine)
         log.info("Strategy: %s (%s)", plan.strategy, plan.strategy_reason)
-        log.info("Memory budget: %d bytes (%s)", plan.budget_bytes, plan.budget_reason)
+        log.info("Memory budget: %s (%s)", fmt_bytes(plan.budget_bytes), plan.budget_reason)
         for name, value in plan.settings.values.items():
-            log.info("  %s = %s: %s", name, value, plan.settings.reasons.get(name, ""))
+            reason = plan.settings.reasons.get(name, "")
+            size = fmt_bytes(value) if is_byte_setting(name) and isinstance(value, int) and value else ""
+            readable = f" ({size})" if size and size not in reason.split(":")[0] else ""  # unless its reason says
+            log.info("  %s = %s%s: %s", name, value, readable, reason)
         if plan.predicted_peak_bytes:
             log.info("Predicted peak memory: %s (%s)", fmt_bytes(plan.predicted_peak_bytes), plan.predicted_peak_reason)
         for change in (plan.history or {}).get("changes", []):
@@ -388,5 +392,6 @@ class LoadRun:
             log.info("Check %s: %s: %s", check.name, check.status, check.message)
         for warning in [*plan.warnings, *steps.warnings]:
             log.warning("%s", warning)
-        log.info("SQL: %s", shorten(redacted_sql))
+        log.info("SQL: %s", sql_summary(redacted_sql))
+        log.debug("SQL in full: %s", redacted_sql)
         log.info("Mode %s: %s", steps.mode, steps.reason)

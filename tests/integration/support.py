@@ -32,7 +32,8 @@ def query_log(stack: LocalStack, query_id: str, node: int = 0) -> dict[str, Any]
     client = stack.clickhouse_client(node)
     client.execute("SYSTEM FLUSH LOGS")
     rows, cols = client.execute(
-        "SELECT written_rows, written_bytes, read_rows, read_bytes, query_duration_ms, memory_usage, Settings "
+        "SELECT written_rows, written_bytes, read_rows, read_bytes, query_duration_ms, memory_usage, Settings, "
+        "log_comment "
         "FROM system.query_log WHERE query_id = %(q)s AND type = 'QueryFinish'",
         {"q": query_id},
         with_column_types=True,

@@ -14,7 +14,7 @@ from airflow_provider_s3ch.core.history import TAG_PREFIX, parse_tag
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import SampleDataset, write_posts
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from tests.integration.support import count, fake_context
+from tests.integration.support import count, fake_context, query_log
 
 pytestmark = pytest.mark.integration
 
@@ -88,7 +88,9 @@ def test_a_second_load_learns_the_expansion_and_scales_its_prediction(
         results.append(op.execute(fake_context()))
         stack.clickhouse_client().execute(f"TRUNCATE TABLE {posts_table}")
     first, second = results
-    assert first["history"] is None and first["settings"]["log_comment"].startswith(TAG_PREFIX)
+    # The tag is the server's (system.query_log), not the XCom's: settings show what the plan chose.
+    assert first["history"] is None and "log_comment" not in first["settings"]
+    assert query_log(stack, first["query_id"])["log_comment"].startswith(TAG_PREFIX)
     learned = second["history"]
     assert learned["loads"] == 1
     assert learned["expansion"] == pytest.approx(first["written_bytes"] / first["bytes"], rel=0.01)
@@ -98,7 +100,7 @@ def test_a_second_load_learns_the_expansion_and_scales_its_prediction(
     # The second prediction is its model (with the learned expansion) times the learned scale. Whether it lands
     # nearer its peak is the benchmark's to show (bench/history_bench.py): the peak of this small load moves
     # with the machine's load (340-710 MiB measured for the same insert), more than one run can tell.
-    facts = parse_tag(second["settings"]["log_comment"])
+    facts = parse_tag(query_log(stack, second["query_id"])["log_comment"])
     assert facts is not None and facts.model_bytes > 0
     assert second["predicted_memory_usage"] == int(facts.model_bytes * learned["memory_scale"])
     assert "learned from earlier loads" in second["predicted_memory_reason"]
@@ -111,4 +113,4 @@ def test_learning_can_be_turned_off(stack: LocalStack, posts: SampleDataset, pos
     for _ in range(2):
         op = S3ToClickHouseOperator(task_id="load", s3_uri=posts.s3_uri, table=posts_table, learn_from_history=False)
         result = op.execute(fake_context())
-    assert result["history"] is None and "log_comment" not in result["settings"]
+    assert result["history"] is None and query_log(stack, result["query_id"])["log_comment"] == ""

@@ -270,7 +270,7 @@ def plan_settings(
         put(
             "max_insert_delayed_streams_for_parallel_write",
             LOW_MEMORY_DELAYED_STREAMS,
-            f"{LOW_MEMORY_DELAYED_STREAMS}: per-node budget {fmt_bytes(budget.per_node)} < "
+            f"per-node budget {fmt_bytes(budget.per_node)} < "
             f"{fmt_bytes(LOW_MEMORY_BYTES)}; the guide advises lowering it in low-memory cases",
         )
     if nodes == 1 and profile.table.is_distributed:
@@ -364,7 +364,7 @@ def _threads_reason(cores: int, threads: int, cores_text: str) -> str:
         return f"half of {cores} {noun}{cores_text} rounded down, at least 1"
     if threads > cores // 2:
         return (
-            f"{threads}: half of {cores} {noun}{cores_text} would be {max(1, cores // 2)}, but at least "
+            f"half of {cores} {noun}{cores_text} would be {max(1, cores // 2)}, but at least "
             f"{MIN_INSERT_THREADS} insert threads (ClickHouse's own default is one per core; on 2 cores one thread "
             "was slower than two in 11 of 12 benchmark loads, up to 2.4x: docs/benchmarks.md)"
         )
