@@ -9,11 +9,13 @@ partition is swapped atomically (``ALTER TABLE … REPLACE PARTITION``), so read
 the old month or the new month, never a half-loaded one, and a failed try leaves the
 target untouched.
 
-Each run loads the month of its logical date: the scheduled run of 2008-08-01, the
-backfill's run of 2008-08-01 and a manual run with ``-l 2008-08-15`` all load 2008-08. A
-manual run's data interval comes from when it is triggered, not from its logical date,
-so the month is not taken from ``data_interval_start``. A manual run without a logical
-date loads the month it was triggered in (its ``run_after``).
+Each run loads the month that ended. The schedule is ``CronDataIntervalTimetable``: the run
+for August is made when August has ended (at 2008-09-01 00:00 UTC), with logical date
+2008-08-01 and data interval 2008-08-01 to 2008-09-01, and it loads 2008-08; a backfill's
+run of 2008-08-01 and a manual run with ``-l 2008-08-15`` load 2008-08 too. (Airflow 3's
+default for a cron schedule, ``CronTriggerTimetable``, would start that run at 2008-08-01
+00:00 with logical date 2008-08-01, when August's file has not arrived yet.) A manual run
+without a logical date loads the last month that ended before it was triggered.
 
 Catchup runs every month from ``start_date`` to ``end_date`` (the sample's first half
 year, 2008-07 to 2008-12). Re-run one month with
@@ -32,20 +34,25 @@ from typing import Any
 
 from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
 from airflow.sdk import DAG, Param, task
+from airflow.timetables.interval import CronDataIntervalTimetable
 
 from airflow_provider_s3ch.local.sample import POSTS_PREFIX
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 
 
 def run_month(dag_run: Any) -> str:
-    """The month a run names, ``YYYY-MM`` (UTC): its logical date's; without one, the month it was triggered in."""
-    when = dag_run.logical_date or dag_run.run_after
-    return when.astimezone(datetime.timezone.utc).strftime("%Y-%m")
+    """The month a run loads, ``YYYY-MM`` (UTC): its logical date's (with ``CronDataIntervalTimetable``, the start of
+    the month that ended); without one, the last month that ended before the run was triggered."""
+    if dag_run.logical_date is not None:
+        return dag_run.logical_date.astimezone(datetime.timezone.utc).strftime("%Y-%m")
+    first = dag_run.run_after.astimezone(datetime.timezone.utc).replace(day=1)
+    return (first - datetime.timedelta(days=1)).strftime("%Y-%m")
 
 
 with DAG(
     dag_id="s3_to_clickhouse_backfill",
-    schedule="@monthly",
+    # A run per month, made when the month has ended: logical date = the month's first day.
+    schedule=CronDataIntervalTimetable("@monthly", timezone="UTC"),
     start_date=datetime.datetime(2008, 7, 1, tzinfo=datetime.timezone.utc),
     end_date=datetime.datetime(2008, 12, 31, tzinfo=datetime.timezone.utc),
     catchup=True,

@@ -1,6 +1,7 @@
 """The backfill example through Airflow on the real local stack: running one month twice
 (`airflow dags test`) gives the same rows, and the other months are untouched; a manual run
-(`airflow dags trigger`) loads the month of its logical date, not of its data interval."""
+(`airflow dags trigger`) loads the month of its logical date, not of its data interval; one without a logical
+date loads the last month that ended."""
 
 from __future__ import annotations
 
@@ -135,12 +136,15 @@ def test_manual_runs_load_the_month_they_name(tmp_path: Path, backfill_stack: Lo
     assert expected > 0
     assert _months(stack, "manual_past.posts") == {200809: expected}, "exactly the rows of 2008-09.parquet"
 
-    # A manual run without a logical date loads the month it was triggered in.
+    # A manual run without a logical date loads the last month that ended before it was triggered, as a
+    # scheduled run made at that time would; the month that just began (its file here too) is left alone.
     _trigger(home, stack, "manual_now", {"bucket": bucket, "database": "manual_now"}, None)
     run = _run_row(home, "manual_now")
     when = run["run_after"]
     assert run["logical_date"] is None and when is not None
-    now = write_posts(stack.s3_client(), bucket, rows=321, months=1, start=(when.year, when.month), seed=7)
-    assert now.keys == [f"{data.prefix}{when:%Y-%m}.parquet"]
+    ended = when.replace(day=1) - datetime.timedelta(days=1)
+    before = write_posts(stack.s3_client(), bucket, rows=321, months=1, start=(ended.year, ended.month), seed=7)
+    write_posts(stack.s3_client(), bucket, rows=55, months=1, start=(when.year, when.month), seed=8)
+    assert before.keys == [f"{data.prefix}{ended:%Y-%m}.parquet"]
     _run_tasks(home, stack, "manual_now")
-    assert _months(stack, "manual_now.posts") == {when.year * 100 + when.month: 321}
+    assert _months(stack, "manual_now.posts") == {ended.year * 100 + ended.month: 321}

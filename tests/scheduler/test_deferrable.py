@@ -24,7 +24,7 @@ import pytest
 
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import posts_ddl, write_posts
-from tests.scheduler.test_real_scheduler import Airflow, _wait
+from tests.scheduler.support import Airflow, wait_for
 
 DAG_FILE = Path(__file__).resolve().parents[1] / "dags" / "dags" / "deferrable_dag.py"
 DAG_ID = "s3ch_deferrable"
@@ -102,7 +102,7 @@ def test_a_deferred_load_survives_the_scheduler_and_the_triggerer_killed_and_res
     started = time.monotonic()
     airflow.start("api-server", "scheduler", "dag-processor", "triggerer")
     try:
-        _wait("the DAG to be parsed", lambda: airflow.db("SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 300, airflow)
+        wait_for("the DAG to be parsed", lambda: airflow.db("SELECT 1 FROM dag WHERE dag_id = ?", DAG_ID), 300, airflow)
         assert airflow.run("dags", "unpause", DAG_ID).returncode == 0
         triggered = airflow.run("dags", "trigger", DAG_ID)
         assert triggered.returncode == 0, triggered.stdout[-2000:] + triggered.stderr[-2000:]
@@ -112,7 +112,7 @@ def test_a_deferred_load_survives_the_scheduler_and_the_triggerer_killed_and_res
             followed = any(_trigger_logs(tmp_path).values())  # the triggerer saw the insert running
             return _running_loads(stack) if states == [("deferred",)] and followed else []
 
-        (query_id,) = _wait("the task to defer and the triggerer to follow the insert", deferred_while_loading, 300,
+        (query_id,) = wait_for("the task to defer and the triggerer to follow the insert", deferred_while_loading, 300,
                             airflow, interval=0.5)
         (first_triggerer,) = _trigger_logs(tmp_path)
         ((run_id,),) = airflow.db("SELECT run_id FROM dag_run WHERE dag_id = ?", DAG_ID)
@@ -128,7 +128,7 @@ def test_a_deferred_load_survives_the_scheduler_and_the_triggerer_killed_and_res
             states = airflow.db("SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", DAG_ID, run)
             return states if states and states[0][0] in ("success", "failed") else []
 
-        assert _wait("the run to finish", lambda: run_done(run_id), 300, airflow, interval=2) == [("success",)]
+        assert wait_for("the run to finish", lambda: run_done(run_id), 300, airflow, interval=2) == [("success",)]
         restarted = time.monotonic() - started
 
         # A second run: its deferred task is cleared while the server runs its insert.
@@ -141,12 +141,12 @@ def test_a_deferred_load_survives_the_scheduler_and_the_triggerer_killed_and_res
             followed = any(_trigger_logs(tmp_path, second_run).values())
             return _running_loads(stack) if _ti(airflow, second_run) == [(1, "deferred")] and followed else []
 
-        (cleared_query,) = _wait("the second run's task to defer", second_deferred_while_loading, 300, airflow,
+        (cleared_query,) = wait_for("the second run's task to defer", second_deferred_while_loading, 300, airflow,
                                  interval=0.5)
         cleared = airflow.run("tasks", "clear", DAG_ID, "-t", "deferred", "-s", SECOND_RUN_DATE, "-e",
                               SECOND_RUN_DATE, "-y")
         assert cleared.returncode == 0, cleared.stdout[-2000:] + cleared.stderr[-2000:]
-        assert _wait("the second run to finish", lambda: run_done(second_run), 300, airflow, interval=2) == [
+        assert wait_for("the second run to finish", lambda: run_done(second_run), 300, airflow, interval=2) == [
             ("success",)]
         elapsed = time.monotonic() - started
     finally:

@@ -6,12 +6,13 @@ import datetime
 import os
 
 from airflow.sdk import DAG
+from airflow.timetables.interval import CronDataIntervalTimetable
 
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 
 with DAG(
     dag_id="s3ch_scheduler_backfill",
-    schedule="@monthly",
+    schedule=CronDataIntervalTimetable("@monthly", timezone="UTC"),  # as the backfill example
     start_date=datetime.datetime(2008, 7, 1, tzinfo=datetime.timezone.utc),
     end_date=datetime.datetime(2008, 12, 31, tzinfo=datetime.timezone.utc),
     catchup=False,
