@@ -5,7 +5,8 @@ first run): one row per file and load, by key and ETag. Each run lists the glob,
 the ledger records as loaded into the table, and loads the rest with one ``INSERT … SELECT`` that
 names exactly those keys (``s3('…/{a.parquet,b.parquet}')``: the server reads them without listing).
 There is no watermark: a file that arrives late, or with a key that sorts before the loaded ones, is
-loaded by the next run. A run with nothing new succeeds with zero rows (``skip_when_empty=True``
+loaded by the next run (every run here reads the whole glob; for a glob per period, see
+example_late_files.py). A run with nothing new succeeds with zero rows (``skip_when_empty=True``
 would mark it skipped instead).
 
 Each file is loaded exactly once whatever happens: a retry finishes what its earlier try began (the
