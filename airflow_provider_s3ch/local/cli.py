@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.local.sample import write_posts
 from airflow_provider_s3ch.local.stack import DEFAULT_BUCKET, DEFAULT_REGION, WORKLOAD, LocalStack
 
@@ -93,7 +94,7 @@ def _start(stack: LocalStack, args: argparse.Namespace) -> Any:
         t0 = time.monotonic()
         dataset = write_posts(stack.s3_client(), args.bucket, rows=args.rows, months=args.months)
         print(
-            f"sample: {dataset.rows} rows in {len(dataset.keys)} Parquet files, {dataset.bytes} bytes, "
+            f"sample: {dataset.rows} rows in {len(dataset.keys)} Parquet files, {fmt_bytes(dataset.bytes)}, "
             f"at {dataset.s3_uri} ({time.monotonic() - t0:.1f} s)",
             flush=True,
         )
@@ -166,24 +167,40 @@ def _demo(stack: LocalStack, args: argparse.Namespace, dags_folder: Path) -> int
         airflow = [sys.executable, "-m", "airflow"]
         conf = json.dumps({"s3_uri": dataset.s3_uri if dataset else f"s3://{args.bucket}/nothing/*.parquet"})
         steps = [
-            (airflow + ["db", "migrate"], True),
-            (airflow + ["dags", "reserialize"], True),
-            (airflow + ["dags", "test", DEMO_DAG_ID, "-c", conf], False),
+            airflow + ["db", "migrate"],
+            airflow + ["dags", "reserialize"],
+            airflow + ["dags", "test", DEMO_DAG_ID, "-c", conf],
         ]
-        for argv, quiet in steps:
-            print("$ airflow " + " ".join(shlex.quote(a) for a in argv[3:]), flush=True)
-            t0 = time.monotonic()
-            out = subprocess.run(argv, env=env, capture_output=quiet, text=True, check=False)
-            if out.returncode != 0:
-                if quiet:
+        # Airflow's own output (the scheduler's lines, the task's log) goes to a file the summary names.
+        log_path = Path(tempfile.gettempdir()) / "s3ch-demo-airflow.log"
+        with log_path.open("w") as log:
+            for argv in steps:
+                print("$ airflow " + " ".join(shlex.quote(a) for a in argv[3:]), flush=True)
+                t0 = time.monotonic()
+                out = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+                log.write(f"$ airflow {' '.join(argv[3:])}\n{out.stdout}{out.stderr}\n")
+                if out.returncode != 0:
                     print(out.stdout[-4000:], out.stderr[-4000:], sep="\n")
-                print(f"demo failed at: {' '.join(argv[3:])}", file=sys.stderr)
-                return 1
-            print(f"  ok ({time.monotonic() - t0:.1f} s)", flush=True)
+                    print(f"demo failed at: {' '.join(argv[3:])} (Airflow's output: {log_path})", file=sys.stderr)
+                    return 1
+                print(f"  ok ({time.monotonic() - t0:.1f} s)", flush=True)
+        print(f"  Airflow's output, the task's log included: {log_path}")
         result = read_xcom(Path(home), DEMO_DAG_ID, "load_posts")
     rows_in_table = stack.clickhouse_client().execute("SELECT count() FROM default.posts")[0][0]
     print_figures(result, rows_in_table, dataset.rows if dataset else 0)
+    print(NEXT_STEPS)
     return 0 if result and result.get("written_rows") == (dataset.rows if dataset else 0) else 1
+
+
+#: The figures that are sizes: shown readable beside the bytes.
+BYTE_KEYS = frozenset({"bytes", "written_bytes", "read_bytes", "memory_usage"})
+
+NEXT_STEPS = """
+=== next ===
+  your own DAGs on this stack:  .venv/bin/s3ch-local up   (starts it, prints the AIRFLOW_CONN_* variables
+                                to export; Ctrl-C stops it)
+  then read:                    docs/local-stack.md (a real scheduler on the local stack),
+                                README.md#operator-reference (every argument), docs/tuning.md (the settings)"""
 
 
 def print_figures(result: dict[str, Any] | None, rows_in_table: int, sample_rows: int) -> None:
@@ -212,7 +229,9 @@ def print_figures(result: dict[str, Any] | None, rows_in_table: int, sample_rows
         "run_ms",
     ]
     for key in keys:
-        print(f"{key:>18}: {result.get(key)}")
+        value = result.get(key)
+        readable = f" ({fmt_bytes(value)})" if key in BYTE_KEYS and isinstance(value, int) else ""
+        print(f"{key:>18}: {value}{readable}")
     created = (result.get("table_changes") or {}).get("created")
     if created:
         print(f"{'table created':>18}: {created} from the files' columns")

@@ -13,7 +13,6 @@ from typing import Any
 
 from airflow.sdk import BaseOperator, Context, conf
 
-from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT
 from airflow_provider_s3ch.core.ledger_request import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import outlet_extra
 from airflow_provider_s3ch.core.models import LoadRequest
@@ -24,9 +23,6 @@ from airflow_provider_s3ch.lineage import operator_lineage
 from airflow_provider_s3ch.load.report import DeferLoad, LoadReport, NothingNew
 from airflow_provider_s3ch.load.run import LoadRun, RunOptions
 from airflow_provider_s3ch.triggers.load import LoadTrigger
-
-#: How long a retry waits for an earlier try's query that still runs on the server.
-DEFAULT_EARLIER_TRY_TIMEOUT = 6 * 3600.0
 
 
 class S3ToClickHouseOperator(BaseOperator):
@@ -58,7 +54,7 @@ class S3ToClickHouseOperator(BaseOperator):
     :param dry_run: plan and render only; load nothing.
     :param mode: ``append``, ``replace_partitions`` or ``overwrite``, through a staging table where the
         target allows it (docs/retries-and-modes.md). (templated)
-    :param earlier_try_timeout: seconds a retry waits for an earlier try's query that still runs.
+    :param earlier_try_timeout: seconds a retry waits for an earlier try's query that still runs (6 h).
     :param deferrable: start the insert over HTTP and free the worker slot while the triggerer follows it
         (docs/deferrable.md); default ``[operators] default_deferrable``.
     :param poll_interval: with ``deferrable``: seconds between two looks of the triggerer at the query.
@@ -79,7 +75,7 @@ class S3ToClickHouseOperator(BaseOperator):
         (templated)
     :param ledger_table: with ``skip_loaded``: the ledger; default ``<target database>._s3ch_ledger``. (templated)
     :param skip_when_empty: a run with nothing to load (no match; with ``skip_loaded``, no new file) is skipped.
-    :param claim_timeout: with ``skip_loaded``: seconds a claim holds while its load runs no query.
+    :param claim_timeout: with ``skip_loaded``: seconds a claim holds while its load runs no query (1 h).
     :param max_files_per_load: with ``skip_loaded``: the most files one insert reads (chunks). (templated)
     :param max_bytes_per_load: with ``skip_loaded``: the most bytes one insert reads. (templated)
     :param learn_from_history: calibrate the plan with the target's earlier loads of the same files
@@ -133,7 +129,7 @@ class S3ToClickHouseOperator(BaseOperator):
         cluster: str | None = None,
         dry_run: bool = False,
         mode: str = "append",
-        earlier_try_timeout: float = DEFAULT_EARLIER_TRY_TIMEOUT,
+        earlier_try_timeout: float = 21600.0,  # seconds: 6 h
         deferrable: bool = conf.getboolean("operators", "default_deferrable", fallback=False),
         poll_interval: float = 10.0,
         schema_check: str = "strict",
@@ -148,7 +144,7 @@ class S3ToClickHouseOperator(BaseOperator):
         on_changed: str = "fail",
         ledger_table: str | None = None,
         skip_when_empty: bool = False,
-        claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
+        claim_timeout: float = 3600.0,  # seconds: 1 h (core.ledger.DEFAULT_CLAIM_TIMEOUT)
         max_files_per_load: int | str | None = None,
         max_bytes_per_load: int | str | None = None,
         learn_from_history: bool = True,
