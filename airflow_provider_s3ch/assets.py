@@ -11,8 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-from airflow.sdk import Asset
-
+from airflow_provider_s3ch.compat import Asset
 from airflow_provider_s3ch.core.lineage import (
     DEFAULT_PORT,
     asset_table,

@@ -17,8 +17,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowNotFoundException
-
+from airflow_provider_s3ch.compat import AirflowException, AirflowFailException, AirflowNotFoundException
 from airflow_provider_s3ch.core import errors as core
 
 
@@ -36,6 +35,10 @@ class S3chTransientError(S3chError):
 
 class InvalidRequestError(S3chTerminalError, core.InvalidRequestError):
     """An argument of the operator is malformed."""
+
+
+class NeedsNewerAirflowError(S3chTerminalError):
+    """A feature of the provider that the running Airflow does not have (the message names both)."""
 
 
 class NoObjectsError(S3chTerminalError, core.NoObjectsError):

@@ -32,8 +32,8 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
+from airflow.providers.common.compat.sdk import DAG, Param, task
 from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
-from airflow.sdk import DAG, Param, task
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from airflow_provider_s3ch.local.sample import POSTS_PREFIX

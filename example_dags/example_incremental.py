@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import datetime
 
-from airflow.sdk import DAG, Param, task
+from airflow.providers.common.compat.sdk import DAG, Param, task
 
 from airflow_provider_s3ch.local.sample import POSTS_PREFIX
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 from typing import Any
 
-from airflow.sdk import DAG, Param
+from airflow.providers.common.compat.sdk import DAG, Param
 from airflow.timetables.interval import CronDataIntervalTimetable
 
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import datetime
 
+from airflow.providers.common.compat.sdk import DAG, Param, task
 from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
-from airflow.sdk import DAG, Param, task
 
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 

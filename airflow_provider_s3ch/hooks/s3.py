@@ -272,7 +272,7 @@ class S3Source:
             else:
                 # Frozen from this source's one session (as the amazon hook's get_credentials does, without
                 # building a second session), and registered with the secrets masker.
-                from airflow.sdk.log import mask_secret
+                from airflow_provider_s3ch.compat import mask_secret
 
                 frozen = live.get_frozen_credentials()
                 mask_secret(frozen.secret_key)

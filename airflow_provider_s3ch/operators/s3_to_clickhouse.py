@@ -11,8 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from airflow.sdk import BaseOperator, Context, conf
-
+from airflow_provider_s3ch.compat import AirflowSkipException, Asset, BaseAsset, BaseOperator, Context, conf
 from airflow_provider_s3ch.core.ledger_request import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import outlet_extra
 from airflow_provider_s3ch.core.models import LoadRequest
@@ -284,8 +283,6 @@ class S3ToClickHouseOperator(BaseOperator):
             self._defer(signal)
             raise  # not reached: defer raises
         except NothingNew as signal:
-            from airflow.sdk.exceptions import AirflowSkipException
-
             raise AirflowSkipException(str(signal)) from None
         self._outlet_events(context, result)
         return result
@@ -314,9 +311,6 @@ class S3ToClickHouseOperator(BaseOperator):
 
         Airflow emits an event for every asset in ``outlets`` when the task succeeds; a dry run changed
         nothing, so it takes its assets out of this run's ``outlets`` (the task still succeeds)."""
-        from airflow.sdk import Asset
-        from airflow.sdk.definitions.asset import BaseAsset
-
         nothing_new = result.get("query_id") is None and result.get("files") == 0  # an incremental run, no new file
         if result.get("dry_run") or nothing_new:
             assets = [o for o in self.outlets if isinstance(o, BaseAsset)]

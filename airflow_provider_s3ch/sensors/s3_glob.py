@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import BaseSensorOperator, Context, PokeReturnValue, conf
-
 from airflow_provider_s3ch import errors
+from airflow_provider_s3ch.compat import BaseSensorOperator, Context, PokeReturnValue, conf
 from airflow_provider_s3ch.core.readiness import WaitRequest
 from airflow_provider_s3ch.errors import S3chError, S3chTransientError, provider_errors
 from airflow_provider_s3ch.hooks.s3 import S3Source

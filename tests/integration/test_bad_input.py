@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
 
 from airflow_provider_s3ch.errors import (
     BucketError,

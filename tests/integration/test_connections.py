@@ -40,7 +40,7 @@ _REGISTRY = """
 import json, warnings
 warnings.simplefilter("always")
 from airflow.providers_manager import ProvidersManager
-from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime  # noqa: TID251 - Airflow 3's
 from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
 
 pm, rt = ProvidersManager(), ProvidersManagerTaskRuntime()
@@ -203,7 +203,7 @@ import datetime
 
 from airflow.providers.common.sql.operators.sql import SQLExecuteQueryOperator
 from airflow.providers.common.sql.sensors.sql import SqlSensor
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.providers.common.compat.sdk import TaskDeferred
 
 from airflow_provider_s3ch.core.recovery import QueryId
 from airflow_provider_s3ch.errors import ClickHouseQueryError, LoadError
@@ -125,7 +125,7 @@ def _running(stack: LocalStack, query_id: str) -> bool:
 
 _STARTER = """
 import json, os, signal, sys
-from airflow.sdk.exceptions import TaskDeferred
+from airflow.providers.common.compat.sdk import TaskDeferred
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from tests.integration.support import fake_context
 uri, table, run_id, settings = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowSensorTimeout
+from airflow.providers.common.compat.sdk import AirflowSensorTimeout
 
 from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.errors import BucketError, NoObjectsError

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.providers.common.compat.sdk import AirflowSkipException
 
 from airflow_provider_s3ch.core.ledger_request import LEDGER_NAME
 from airflow_provider_s3ch.core.models import LoadRequest

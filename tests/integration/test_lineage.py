@@ -7,8 +7,8 @@ import uuid
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from airflow.sdk import Asset
-from airflow.sdk.execution_time.context import OutletEventAccessors
+from airflow.providers.common.compat.sdk import Asset
+from airflow.sdk.execution_time.context import OutletEventAccessors  # noqa: TID251 - Airflow 3's
 from openlineage.client.serde import Serde
 
 from airflow_provider_s3ch.local import LocalStack

@@ -13,7 +13,7 @@ import re
 import traceback
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowFailException
 
 from airflow_provider_s3ch.errors import ClickHouseQueryError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook

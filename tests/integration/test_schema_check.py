@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowFailException
 
 from airflow_provider_s3ch.errors import S3chTerminalError, SchemaError
 from airflow_provider_s3ch.local import LocalStack

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from airflow.sdk import Asset
+from airflow.providers.common.compat.sdk import Asset
 
 from airflow_provider_s3ch import get_provider_info
 from airflow_provider_s3ch.assets import convert_asset_to_openlineage, create_asset, sanitize_uri
@@ -53,7 +53,7 @@ def test_the_provider_registers_the_scheme_with_its_handler_factory_and_converte
         "factory": "airflow_provider_s3ch.assets.create_asset",
         "to_openlineage_converter": "airflow_provider_s3ch.assets.convert_asset_to_openlineage",
     }
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime  # noqa: TID251 - Airflow 3's
 
     runtime = ProvidersManagerTaskRuntime()
     assert runtime.asset_uri_handlers["clickhouse"] is sanitize_uri

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowException, AirflowFailException
 
 from airflow_provider_s3ch import errors
 from airflow_provider_s3ch.core import errors as core

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowFailException
 
 from airflow_provider_s3ch import errors
 from airflow_provider_s3ch.core.errors import InvalidRequestError

@@ -6,7 +6,7 @@ Agreement with the real ClickHouse engine is proved in tests/integration/test_s3
 from __future__ import annotations
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.providers.common.compat.sdk import AirflowFailException
 from botocore.exceptions import ClientError
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, NoObjectsError

@@ -6,7 +6,7 @@ import datetime
 import json
 import os
 
-from airflow.sdk import DAG, Asset
+from airflow.providers.common.compat.sdk import DAG, Asset
 
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 

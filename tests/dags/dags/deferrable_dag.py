@@ -12,7 +12,7 @@ from __future__ import annotations
 import datetime
 import os
 
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from airflow.sdk import DAG
+from airflow.providers.common.compat.sdk import DAG
 
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 
