@@ -44,8 +44,8 @@ def run_month(dag_run: Any) -> str:
     """The month a run loads, ``YYYY-MM`` (UTC): its logical date's (with ``CronDataIntervalTimetable``, the start of
     the month that ended); without one, the last month that ended before the run was triggered."""
     if dag_run.logical_date is not None:
-        return dag_run.logical_date.astimezone(datetime.timezone.utc).strftime("%Y-%m")
-    first = dag_run.run_after.astimezone(datetime.timezone.utc).replace(day=1)
+        return dag_run.logical_date.astimezone(datetime.UTC).strftime("%Y-%m")
+    first = dag_run.run_after.astimezone(datetime.UTC).replace(day=1)
     return (first - datetime.timedelta(days=1)).strftime("%Y-%m")
 
 
@@ -53,8 +53,8 @@ with DAG(
     dag_id="s3_to_clickhouse_backfill",
     # A run per month, made when the month has ended: logical date = the month's first day.
     schedule=CronDataIntervalTimetable("@monthly", timezone="UTC"),
-    start_date=datetime.datetime(2008, 7, 1, tzinfo=datetime.timezone.utc),
-    end_date=datetime.datetime(2008, 12, 31, tzinfo=datetime.timezone.utc),
+    start_date=datetime.datetime(2008, 7, 1, tzinfo=datetime.UTC),
+    end_date=datetime.datetime(2008, 12, 31, tzinfo=datetime.UTC),
     catchup=True,
     max_active_runs=3,
     default_args={"retries": 2, "retry_delay": datetime.timedelta(minutes=1)},

@@ -37,7 +37,7 @@ from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOpera
 with DAG(
     dag_id="s3_to_clickhouse_incremental",
     schedule=datetime.timedelta(minutes=15),
-    start_date=datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc),
+    start_date=datetime.datetime(2024, 1, 1, tzinfo=datetime.UTC),
     catchup=False,
     max_active_runs=2,
     default_args={"retries": 2, "retry_delay": datetime.timedelta(minutes=1)},

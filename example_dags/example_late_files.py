@@ -33,7 +33,7 @@ MONTHS = 3
 def recent_months(dag_run: Any, months: int = MONTHS) -> str:
     """The glob's month list, ``{2008-07,2008-08,2008-09}``: the run's month (its logical date's, in UTC)
     and the ``months - 1`` before it."""
-    first = dag_run.logical_date.astimezone(datetime.timezone.utc).replace(day=1)
+    first = dag_run.logical_date.astimezone(datetime.UTC).replace(day=1)
     listed = []
     for _ in range(months):
         listed.append(first.strftime("%Y-%m"))
@@ -45,7 +45,7 @@ with DAG(
     dag_id="s3_to_clickhouse_late_files",
     # A run per month, made when the month has ended: logical date = the month's first day.
     schedule=CronDataIntervalTimetable("@monthly", timezone="UTC"),
-    start_date=datetime.datetime(2008, 7, 1, tzinfo=datetime.timezone.utc),
+    start_date=datetime.datetime(2008, 7, 1, tzinfo=datetime.UTC),
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 2, "retry_delay": datetime.timedelta(minutes=1)},

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import boto3.session
@@ -218,7 +218,7 @@ def _stamp(objects: list[S3Object], entries: dict[str, dict[str, Any]]) -> None:
         etag = str(entry.get("ETag") or "").strip('"')
         modified = entry.get("LastModified")
         obj.etag = etag or None
-        obj.last_modified = modified.astimezone(timezone.utc) if isinstance(modified, datetime) else None
+        obj.last_modified = modified.astimezone(UTC) if isinstance(modified, datetime) else None
 
 
 def _region_or_none(client: BaseClient, bucket: str) -> tuple[str | None, int]:

@@ -83,7 +83,7 @@ def _run_row(home: Path, run_id: str) -> dict[str, datetime.datetime | None]:
     assert row is not None, run_id
     names = ("logical_date", "data_interval_start", "run_after")
     return {
-        name: None if value is None else datetime.datetime.fromisoformat(value).replace(tzinfo=datetime.timezone.utc)
+        name: None if value is None else datetime.datetime.fromisoformat(value).replace(tzinfo=datetime.UTC)
         for name, value in zip(names, row, strict=True)
     }
 
@@ -130,7 +130,7 @@ def test_manual_runs_load_the_month_they_name(tmp_path: Path, backfill_stack: Lo
     _trigger(home, stack, "manual_2008_09", {"bucket": bucket, "database": "manual_past"}, "2008-09-15")
     _run_tasks(home, stack, "manual_2008_09")
     run = _run_row(home, "manual_2008_09")
-    assert run["logical_date"] == datetime.datetime(2008, 9, 15, tzinfo=datetime.timezone.utc)
+    assert run["logical_date"] == datetime.datetime(2008, 9, 15, tzinfo=datetime.UTC)
     assert run["data_interval_start"] is not None and run["data_interval_start"].year > 2008
     expected = _file_rows(stack, bucket, september)
     assert expected > 0

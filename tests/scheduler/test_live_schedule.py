@@ -28,11 +28,11 @@ def stack() -> Iterator[LocalStack]:
 
 
 def _utc(value: str | None) -> datetime.datetime | None:
-    return None if value is None else datetime.datetime.fromisoformat(value).replace(tzinfo=datetime.timezone.utc)
+    return None if value is None else datetime.datetime.fromisoformat(value).replace(tzinfo=datetime.UTC)
 
 
 def test_the_scheduled_monthly_run_loads_the_month_that_ended(stack: LocalStack, tmp_path: Path) -> None:
-    this_month = datetime.datetime.now(datetime.timezone.utc).replace(day=1, hour=0, minute=0, second=0,
+    this_month = datetime.datetime.now(datetime.UTC).replace(day=1, hour=0, minute=0, second=0,
                                                                       microsecond=0)
     ended = (this_month - datetime.timedelta(days=1)).replace(day=1)
     s3 = stack.s3_client()

@@ -13,8 +13,8 @@ from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOpera
 with DAG(
     dag_id="s3ch_scheduler_backfill",
     schedule=CronDataIntervalTimetable("@monthly", timezone="UTC"),  # as the backfill example
-    start_date=datetime.datetime(2008, 7, 1, tzinfo=datetime.timezone.utc),
-    end_date=datetime.datetime(2008, 12, 31, tzinfo=datetime.timezone.utc),
+    start_date=datetime.datetime(2008, 7, 1, tzinfo=datetime.UTC),
+    end_date=datetime.datetime(2008, 12, 31, tzinfo=datetime.UTC),
     catchup=False,
     default_args={"retries": 2, "retry_delay": datetime.timedelta(seconds=2)},
     tags=["s3ch", "test"],

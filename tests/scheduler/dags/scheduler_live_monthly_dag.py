@@ -13,7 +13,7 @@ from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOpera
 from example_dags.example_backfill import run_month
 
 BUCKET = os.environ.get("S3CH_TEST_BUCKET", "s3ch-live")
-_first = datetime.datetime.now(datetime.timezone.utc).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+_first = datetime.datetime.now(datetime.UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 TWO_MONTHS_AGO = ((_first - datetime.timedelta(days=1)).replace(day=1) - datetime.timedelta(days=1)).replace(day=1)
 
 with DAG(
