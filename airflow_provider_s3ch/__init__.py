@@ -82,6 +82,15 @@ UI_FIELD_BEHAVIOUR: dict[str, object] = {
 }
 
 
+#: The ``clickhouse://`` scheme's normalizer, factory and OpenLineage name (airflow_provider_s3ch.assets).
+_ASSET_URIS = {
+    "schemes": ["clickhouse"],
+    "handler": "airflow_provider_s3ch.assets.sanitize_uri",
+    "factory": "airflow_provider_s3ch.assets.create_asset",
+    "to_openlineage_converter": "airflow_provider_s3ch.assets.convert_asset_to_openlineage",
+}
+
+
 def get_provider_info() -> dict[str, object]:
     """Airflow's provider metadata (entry point ``apache_airflow_provider``)."""
     return {
@@ -89,14 +98,8 @@ def get_provider_info() -> dict[str, object]:
         "name": "S3 to ClickHouse",
         "description": "Load files from S3 into ClickHouse with a tuned server-side INSERT ... SELECT FROM s3().",
         "versions": [__version__],
-        "asset-uris": [
-            {
-                "schemes": ["clickhouse"],
-                "handler": "airflow_provider_s3ch.assets.sanitize_uri",
-                "factory": "airflow_provider_s3ch.assets.create_asset",
-                "to_openlineage_converter": "airflow_provider_s3ch.assets.convert_asset_to_openlineage",
-            }
-        ],
+        "asset-uris": [_ASSET_URIS],
+        "dataset-uris": [_ASSET_URIS],  # the same, by Airflow 2's name
         "connection-types": [
             {
                 "hook-class-name": "airflow_provider_s3ch.hooks.clickhouse.ClickHouseHook",

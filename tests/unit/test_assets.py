@@ -7,6 +7,7 @@ from airflow.providers.common.compat.sdk import Asset
 
 from airflow_provider_s3ch import get_provider_info
 from airflow_provider_s3ch.assets import convert_asset_to_openlineage, create_asset, sanitize_uri
+from airflow_provider_s3ch.compat import AIRFLOW_3
 from airflow_provider_s3ch.core.lineage import openlineage_name, server_namespace
 
 
@@ -46,19 +47,28 @@ def test_a_uri_without_host_database_and_table_is_an_error(uri: str) -> None:
 
 
 def test_the_provider_registers_the_scheme_with_its_handler_factory_and_converter() -> None:
-    (entry,) = get_provider_info()["asset-uris"]  # type: ignore[misc]
-    assert entry == {
+    info = get_provider_info()
+    assert info["asset-uris"] == info["dataset-uris"] == [{  # Airflow 3's name, and Airflow 2's
         "schemes": ["clickhouse"],
         "handler": "airflow_provider_s3ch.assets.sanitize_uri",
         "factory": "airflow_provider_s3ch.assets.create_asset",
         "to_openlineage_converter": "airflow_provider_s3ch.assets.convert_asset_to_openlineage",
-    }
-    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime  # noqa: TID251 - Airflow 3's
+    }]
+    if AIRFLOW_3:
+        from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime  # noqa: TID251 - Airflow 3's
 
-    runtime = ProvidersManagerTaskRuntime()
-    assert runtime.asset_uri_handlers["clickhouse"] is sanitize_uri
-    assert runtime.asset_factories["clickhouse"] is create_asset
-    assert runtime.asset_to_openlineage_converters["clickhouse"] is convert_asset_to_openlineage
+        runtime = ProvidersManagerTaskRuntime()
+        handlers, factories, converters = (runtime.asset_uri_handlers, runtime.asset_factories,
+                                           runtime.asset_to_openlineage_converters)
+    else:
+        from airflow.providers_manager import ProvidersManager
+
+        manager = ProvidersManager()
+        handlers, factories, converters = (manager.dataset_uri_handlers, manager.dataset_factories,
+                                           manager.dataset_to_openlineage_converters)
+    assert handlers["clickhouse"] is sanitize_uri
+    assert factories["clickhouse"] is create_asset
+    assert converters["clickhouse"] is convert_asset_to_openlineage
 
 
 def test_create_asset_builds_the_normalized_uri() -> None:
