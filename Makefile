@@ -1,17 +1,38 @@
-# The README's commands. Everything installs into .venv from PyPI.
+# The README's commands. Everything installs into .venv from PyPI, pinned by a checked-in constraints file
+# (one per Airflow x Python version tested, frozen from a venv that passed `make test`), so that a fresh
+# clone builds what CI tested. `make venv AIRFLOW_VERSION=<version>` builds another tested Airflow's set in
+# .venv-airflow-<version>.
 PYTHON ?= python3
-VENV   ?= .venv
+AIRFLOW_VERSION ?= 3.3.2
+PY_VERSION  := $(shell $(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+CONSTRAINTS ?= constraints/constraints-$(AIRFLOW_VERSION)-python$(PY_VERSION).txt
+VENV   ?= $(if $(filter 3.3.2,$(AIRFLOW_VERSION)),.venv,.venv-airflow-$(AIRFLOW_VERSION))
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --constraint $(CONSTRAINTS)
 
-.PHONY: venv demo test unit integration lint bench bench-large bench-peers docs clean
+.PHONY: venv demo test unit integration lint bench bench-large bench-peers docs constraints clean
 
 venv: $(STAMP)
 
-$(STAMP): setup.cfg pyproject.toml
+$(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[local,test,bench]"
+	$(PIP_INSTALL) "apache-airflow==$(AIRFLOW_VERSION)" -e ".[local,test,bench]"
 	touch $(STAMP)
+
+$(CONSTRAINTS):
+	@echo "no constraints for Airflow $(AIRFLOW_VERSION) on Python $(PY_VERSION) ($(CONSTRAINTS)): the tested sets" \
+	  "are in constraints/. To add one: make venv AIRFLOW_VERSION=$(AIRFLOW_VERSION) CONSTRAINTS=/dev/null," \
+	  "make test (same arguments), then make constraints AIRFLOW_VERSION=$(AIRFLOW_VERSION)" >&2
+	@exit 1
+
+## constraints: freeze the venv (after it passed make test, and make docs for the docs' packages) as the constraints
+## of its Airflow and Python versions
+constraints:
+	{ echo "# Constraints for make venv: Apache Airflow $(AIRFLOW_VERSION) on Python $(PY_VERSION), frozen from a venv that passed make test"; \
+	  echo "# (regenerate with: make constraints AIRFLOW_VERSION=$(AIRFLOW_VERSION), from a venv that passed)."; \
+	  $(PY) -m pip freeze --exclude-editable --disable-pip-version-check | grep -v '^airflow-provider-s3ch'; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 ## demo: start a real local ClickHouse and S3, write sample data, run the example DAG through Airflow, print the load
 demo: venv
@@ -38,7 +59,7 @@ docs: $(DOCS_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 $(DOCS_STAMP): $(STAMP)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e ".[docs]"
+	$(PIP_INSTALL) -e ".[docs]"
 	touch $(DOCS_STAMP)
 
 ## bench: the benchmark harness (bench/README.md)
