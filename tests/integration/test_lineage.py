@@ -8,7 +8,11 @@ import uuid
 import pyarrow as pa
 import pyarrow.parquet as pq
 from airflow.providers.common.compat.sdk import Asset
-from airflow.sdk.execution_time.context import OutletEventAccessors  # noqa: TID251 - Airflow 3's
+
+try:  # the accessors a task's context holds as outlet_events
+    from airflow.sdk.execution_time.context import OutletEventAccessors  # noqa: TID251 - Airflow 3's
+except ImportError:  # Airflow 2
+    from airflow.utils.context import OutletEventAccessors  # type: ignore[no-redef]
 from openlineage.client.serde import Serde
 
 from airflow_provider_s3ch.local import LocalStack

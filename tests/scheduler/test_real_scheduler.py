@@ -135,12 +135,20 @@ def test_a_backfill_under_the_real_scheduler_loads_every_month_exactly(stack: Lo
     sampler.join()
     assert sampler.admitted and max(sampler.admitted) == 1, sorted(set(sampler.admitted))
     ch.execute("SYSTEM FLUSH LOGS")
-    waits = [int(w) // 1000 for (w,) in ch.execute(
-        "SELECT ProfileEvents['MemoryReservationAdmitMicroseconds'] FROM system.query_log "
+    loads = [(start.timestamp(), end.timestamp(), int(wait) / 1e6) for start, end, wait in ch.execute(
+        "SELECT query_start_time_microseconds, event_time_microseconds, "
+        "ProfileEvents['MemoryReservationAdmitMicroseconds'] FROM system.query_log "
         "WHERE type = 'QueryFinish' AND query_kind = 'Insert' AND Settings['workload'] = 'loads' "
-        "AND Settings['reserve_memory'] = %(r)s ORDER BY event_time_microseconds", {"r": str(2 * 1024**3)},
+        "AND Settings['reserve_memory'] = %(r)s ORDER BY query_start_time_microseconds", {"r": str(2 * 1024**3)},
     )]  # fmt: skip
-    assert len(waits) >= MONTHS and max(waits) > 0, waits
+    assert len(loads) >= MONTHS, loads
+    # A load sent while another ran (admitted, holding its reservation) waited for it, and says so in the
+    # server's own figure. Whether any two were sent together is Airflow's scheduling (on a busy machine they
+    # may not be): only the loads that were are checked.
+    sent_while_held = [b for a in loads for b in loads if a[0] + a[2] < b[0] < a[1] - 0.2]
+    assert all(wait > 0 for _, _, wait in sent_while_held), (sent_while_held, loads)
+    waits = [round(wait * 1000) for _, _, wait in loads]
     print(f"\nreal scheduler: {MONTHS} months, {data.rows} rows in {elapsed:.0f} s; killed task process {killed}, "
-          f"retried {[(r, n) for r, n, _ in retried]}; admission waits (ms) {waits}; "
+          f"retried {[(r, n) for r, n, _ in retried]}; admission waits (ms) {waits}, "
+          f"{len(sent_while_held)} sent while another load held its reservation; "
           f"at most {max(sampler.admitted)} admitted at once over {len(sampler.admitted)} samples")
