@@ -10,7 +10,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from airflow_provider_s3ch.core.history import TAG_PREFIX, parse_tag
+from airflow_provider_s3ch.core.history import SCALE_BOUNDS, TAG_PREFIX, parse_tag
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import SampleDataset, write_posts
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
@@ -96,7 +96,10 @@ def test_a_second_load_learns_the_expansion_and_scales_its_prediction(
     assert learned["expansion"] == pytest.approx(first["written_bytes"] / first["bytes"], rel=0.01)
     assert "learned from earlier loads" in second["settings_reasons"]["min_insert_block_size_bytes"]
     # The first prediction is the model's; the second is scaled by the first's measured / predicted.
-    assert learned["memory_scale"] == pytest.approx(first["memory_vs_predicted"], abs=0.01)
+    # (within the bounds the scale is held to: how far below its prediction a small load peaks moves with the
+    # machine's load, 0.48 on a busy one)
+    low, high = SCALE_BOUNDS
+    assert learned["memory_scale"] == pytest.approx(min(max(first["memory_vs_predicted"], low), high), abs=0.01)
     # The second prediction is its model (with the learned expansion) times the learned scale. Whether it lands
     # nearer its peak is the benchmark's to show (bench/history_bench.py): the peak of this small load moves
     # with the machine's load (340-710 MiB measured for the same insert), more than one run can tell.
