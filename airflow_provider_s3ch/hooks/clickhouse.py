@@ -250,7 +250,7 @@ class ClickHouseHook(DbApiHook):
                 f"ClickHouse at {self.address} did not answer ({text}); check host and port of connection "
                 f"{self.clickhouse_conn_id!r} and that the server runs"
             )
-        kind, hint = classify_server_error(code, text)
+        kind, hint = classify_server_error(code, raw)  # the server's own words: the memory limits' markers
         message = f"ClickHouse error {code} ({hint}): {text}" if code else f"ClickHouse error: {text}"
         if kind == "auth":
             return ClickHouseAuthError(
@@ -259,7 +259,7 @@ class ClickHouseHook(DbApiHook):
             )
         if kind == "unknown_table":
             return TableError(f"ClickHouse: {text}")
-        if kind == "terminal" and is_query_memory_limit(code, text):
+        if kind == "terminal" and is_query_memory_limit(code, raw):
             return QueryMemoryLimitError(f"{message}; retrying with the same plan would fail the same way")
         if kind == "terminal":
             fix = data_fix(raw, self.s3_endpoint_url) or "fix the statement or the data"

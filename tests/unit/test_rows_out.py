@@ -55,3 +55,10 @@ def test_the_way_to_see_the_rows() -> None:
         "to see the rows, run SELECT * FROM s3('http://127.0.0.1:9/bkt/in/a.csv', 'LineAsString') LIMIT 3 OFFSET 1")
     assert "s3('https://bkt.s3.amazonaws.com/in/a.csv'" in see_rows(point, None)
     assert "LineAsString" in (data_fix(_dump("a", "b"), None) or "")
+
+
+def test_a_memory_limit_hit_while_parsing_keeps_its_words() -> None:
+    """It names the row, not its data: the memory limit's markers stay for the step-down to see."""
+    text = ("DB::Exception: Query memory limit exceeded: would use 1.00 GiB (attempt to allocate chunk of 1048576 "
+            "bytes), maximum: 1.00 GiB.: (at row 31337)\n: While executing ParallelParsingBlockInputFormat")
+    assert not quotes_data(text) and server_text(text) == text
