@@ -14,7 +14,9 @@ from dataclasses import dataclass
 
 #: The server's signs of a message that quotes the file's data.
 #: (Not "(at row N)" alone: other errors, a memory limit hit while parsing, name the row without its data.)
-_DATA_SIGNS = re.compile(r"\nRow \d+:|parsed text:|before: '|is not like \w+|Cannot parse \w+ here: \S|Cannot parse string '")
+_DATA_SIGNS = re.compile(
+    r"\nRow \d+:|parsed text:|before: '|is not like \w+|Cannot parse \w+ here: \S|Cannot parse string '"
+)
 _REASON = re.compile(r"(?:DB::)?Exception:\s*([A-Za-z][A-Za-z ,-]*?)(?::|$|\.)", re.M)
 _ROW = re.compile(r"\(at row (\d+)\)")
 _KEY = re.compile(r"\(while reading the value of key ([A-Za-z0-9_.$-]+)\)")
