@@ -22,6 +22,10 @@ _ROW = re.compile(r"\(at row (\d+)\)")
 _KEY = re.compile(r"\(while reading the value of key ([A-Za-z0-9_.$-]+)\)")
 _COLUMN = re.compile(r"^Column (\d+),\s+name: (.+?),\s+type: (.+?),\s+(?:parsed text: .*)?ERROR", re.M)
 _FILE = re.compile(r"\(in file/uri ([^)\s]+)\)")
+#: Parquet and other typed readers: ``Cannot parse string '<value>' as UInt64 … column: n:``.
+_STRING_AS = re.compile(r"Cannot parse string '(?:[^'\\]|\\.)*' as ([\w(), ]+?)(?::|$)", re.M)
+_QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'")
+_PLAIN_COLUMN = re.compile(r"\bcolumn: ([A-Za-z0-9_.$-]+):")
 _NAME = re.compile(r"\(([A-Z][A-Z_]+)\) \(version")
 #: The longest reason kept: the first words of the server's message, before any data.
 _MAX_REASON = 80
@@ -46,8 +50,10 @@ def without_rows(text: str) -> tuple[str, ParsePoint]:
     :param text: the server's message, stack trace already cut.
     :return: the message (reason, row, column, key, file and the server's error name) and the point it names.
     """
-    reason_match = _REASON.search(text)
+    reason_match, string_as = _REASON.search(text), _STRING_AS.search(text)
     reason = reason_match.group(1).strip() if reason_match else "the data cannot be parsed"
+    if string_as:
+        reason = f"Cannot parse a string as {string_as.group(1)}"
     if len(reason) > _MAX_REASON:
         reason = "the data cannot be parsed"
     row, key, file, name = _ROW.search(text), _KEY.search(text), _FILE.search(text), _NAME.search(text)
@@ -57,6 +63,8 @@ def without_rows(text: str) -> tuple[str, ParsePoint]:
         where.append(f"at row {row.group(1)}")
     if column:
         where.append(f"column {column.group(1)} {column.group(2)!r} of type {column.group(3)}")
+    elif plain := _PLAIN_COLUMN.search(_QUOTED.sub("''", text)):  # outside the quoted values
+        where.append(f"column {plain.group(1)!r}")
     if key:
         where.append(f"reading the value of key {key.group(1)!r}")
     message = reason + (f" ({', '.join(where)})" if where else "")

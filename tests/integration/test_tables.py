@@ -291,7 +291,8 @@ def test_text_that_does_not_parse_into_a_number_fails_terminally_target_unchange
     with pytest.raises(S3chTerminalError) as info:
         _load(table, f"s3://{SAMPLE_BUCKET}/{prefix}/*.parquet", on_schema_change="add_columns")
     text = str(info.value)
-    assert "column: n" in text and f"{prefix}/part.parquet" in text and "not a number" in text
+    assert "column 'n'" in text and "as UInt64" in text and f"{prefix}/part.parquet" in text
+    assert "not a number" not in text  # the file's value stays out of the log (see the query the error gives)
     assert stack.clickhouse_client().execute(f"SELECT id, n FROM {table} ORDER BY id") == [(1, 5)]
 
 

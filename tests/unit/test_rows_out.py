@@ -62,3 +62,12 @@ def test_a_memory_limit_hit_while_parsing_keeps_its_words() -> None:
     text = ("DB::Exception: Query memory limit exceeded: would use 1.00 GiB (attempt to allocate chunk of 1048576 "
             "bytes), maximum: 1.00 GiB.: (at row 31337)\n: While executing ParallelParsingBlockInputFormat")
     assert not quotes_data(text) and server_text(text) == text
+
+
+@given(bad=values)
+def test_a_typed_readers_value_is_left_out_and_its_column_kept(bad: str) -> None:
+    quoted = bad.replace("\\", "\\\\").replace("'", "\\'")  # as the server quotes a string
+    text = (f"DB::Exception: Cannot parse string '{quoted}' as UInt64: syntax error at begin of string. Note: "
+            "there are toUInt64OrZero and toUInt64OrNull functions: read stage: ColumnData: column: n: (in file/uri "
+            "b/t/part.parquet): While executing ParquetV3BlockInputFormat")
+    assert server_text(text).startswith("Cannot parse a string as UInt64 (column 'n') in file b/t/part.parquet")
