@@ -79,8 +79,10 @@ def test_a_cap_no_plan_fits_fails_naming_what_was_tried_and_leaves_the_table(
 def test_later_chunks_start_from_the_plan_that_fitted(
     stack: LocalStack, posts: SampleDataset, posts_table: str
 ) -> None:
-    """A chunked load (one file per chunk): chunk 1 steps down after the memory limit; chunk 2 starts from
-    the step that fitted instead of failing the first plan again."""
+    """A chunked load (one file per chunk): each chunk starts from the step the chunk before it ended on. At this
+    cap the first plan of chunk 1 usually goes over and a smaller one fits, so chunk 2 starts from that step
+    instead of failing the first plan again. The server's memory use varies from run to run (one CI run fitted
+    chunk 1 at 210 MiB with the first plan): then chunk 2 starts from the plan too, and the test says so."""
     op = S3ToClickHouseOperator(task_id="load", s3_uri=posts.s3_uri, table=posts_table, memory_cap="256MiB",
                                 skip_loaded=True, max_files_per_load=1)
     result = op.execute(fake_context())
@@ -88,6 +90,13 @@ def test_later_chunks_start_from_the_plan_that_fitted(
     by_chunk: dict[int, list[str]] = {}
     for a in result["memory_attempts"]:
         by_chunk.setdefault(a["chunk"], []).append(a["step"])
-    fitted = by_chunk[1][-1]
-    assert by_chunk[1][0] == "plan" and len(by_chunk[1]) >= 2 and by_chunk[2] == [fitted], by_chunk
+    assert set(by_chunk) <= {1, 2}, by_chunk
+    # A chunk that fitted its first plan records no attempt; one that stepped down records each step.
+    ended_on = by_chunk[1][-1] if 1 in by_chunk else "plan"
+    if 1 in by_chunk:
+        assert by_chunk[1][0] == "plan" and len(by_chunk[1]) >= 2, by_chunk
+        assert by_chunk.get(2, [])[:1] == [ended_on], by_chunk  # chunk 2 started where chunk 1 ended
+    else:
+        print(f"\nchunk 1 fitted its first plan this run; chunk 2: {by_chunk.get(2, ['plan'])}")
+        assert by_chunk.get(2, ["plan"])[0] == "plan", by_chunk
     assert all(c["memory_usage"] <= 256 * MiB for c in result["chunks"])
