@@ -37,6 +37,50 @@ AIRFLOW = Version(Version(AIRFLOW_VERSION).base_version)
 AIRFLOW_3 = AIRFLOW.major >= 3
 
 
+def _form_widgets(cls: type) -> dict[str, object]:
+    """Airflow 2's ``get_connection_form_widgets``: the extra fields of ``CONN_FIELDS`` as WTForms fields."""
+    from flask_appbuilder.fieldwidgets import BS3TextFieldWidget
+    from flask_babel import lazy_gettext
+    from wtforms import BooleanField, IntegerField, StringField
+    from wtforms.validators import Optional
+
+    from airflow_provider_s3ch import CONN_FIELDS
+
+    widgets: dict[str, object] = {}
+    for name, field in CONN_FIELDS.items():
+        kinds = field["schema"]["type"]  # type: ignore[index]
+        label, description = lazy_gettext(str(field["label"])), str(field["description"])
+        if "boolean" in kinds:
+            widgets[name] = BooleanField(label, description=description)
+        elif "integer" in kinds:
+            widgets[name] = IntegerField(label, description=description, validators=[Optional()],
+                                         widget=BS3TextFieldWidget())
+        else:
+            widgets[name] = StringField(label, description=description, widget=BS3TextFieldWidget())
+    return widgets
+
+
+def _ui_field_behaviour(cls: type) -> dict[str, object]:
+    """Airflow 2's ``get_ui_field_behaviour``: ``UI_FIELD_BEHAVIOUR``."""
+    from airflow_provider_s3ch import UI_FIELD_BEHAVIOUR
+
+    return dict(UI_FIELD_BEHAVIOUR)
+
+
+class ConnectionForm:
+    """A hook's connection form on Airflow 2. Its providers manager reads a hook class's own
+    ``get_connection_form_widgets`` and ``get_ui_field_behaviour`` (in the class's ``__dict__``, not
+    inherited), where Airflow 3 reads the provider info's ``conn-fields`` and ``ui-field-behaviour``. Both
+    come from the one copy in the package's ``__init__``. On Airflow 3 nothing is added, so Airflow 3 sees
+    only the provider info."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if not AIRFLOW_3:  # pragma: no cover - Airflow 2
+            cls.get_connection_form_widgets = classmethod(_form_widgets)  # type: ignore[attr-defined]
+            cls.get_ui_field_behaviour = classmethod(_ui_field_behaviour)  # type: ignore[attr-defined]
+
+
 def require(feature: str, version: str) -> None:
     """Refuse a feature the running Airflow is too old for, naming both.
 
@@ -58,6 +102,7 @@ __all__ = [
     "AIRFLOW_3",
     "AIRFLOW_VERSION",
     "AirflowException",
+    "ConnectionForm",
     "AirflowFailException",
     "AirflowNotFoundException",
     "AirflowSkipException",

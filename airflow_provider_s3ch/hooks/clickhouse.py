@@ -23,6 +23,7 @@ from clickhouse_driver import errors as ch_errors
 from pydantic import BaseModel
 
 from airflow_provider_s3ch import NATIVE_CONN_TYPE
+from airflow_provider_s3ch.compat import ConnectionForm
 from airflow_provider_s3ch.core.errors import classify_server_error, is_query_memory_limit, server_text
 from airflow_provider_s3ch.core.rows_out import data_fix, quotes_data
 from airflow_provider_s3ch.core.server_models import ClusterNode
@@ -44,9 +45,8 @@ DEFAULT_SECURE_PORT = 9440
 #: port, so the native port comes from the extra ``native_port`` or the default for ``secure``.
 HTTP_CONN_TYPE = "clickhouse"
 HTTP_PORTS = (8123, 8443)
-_CLIENT_EXTRA_KEYS = (
-    "connect_timeout", "send_receive_timeout", "sync_request_timeout", "compression", "verify", "ca_certs"
-)
+_CLIENT_EXTRA_KEYS = ("connect_timeout", "send_receive_timeout", "sync_request_timeout", "compression", "verify",
+                      "ca_certs")
 Row = TypeVar("Row", bound=BaseModel)
 
 
@@ -61,7 +61,7 @@ _CLIENT_EXTRA_TYPES: dict[str, Any] = {
 }
 
 
-class ClickHouseHook(DbApiHook):
+class ClickHouseHook(ConnectionForm, DbApiHook):
     """Talk to ClickHouse over the native protocol; clients are cached per node and closed by :meth:`close`.
 
     Connection type ``clickhouse_native``: host, port (9000; 9440 when ``secure``), login, password,
@@ -75,8 +75,8 @@ class ClickHouseHook(DbApiHook):
     same host, login, password and schema; its ``port`` is the HTTP port and is not used: the native
     port is the extra ``native_port``, else 9440 when ``secure``, else 9000.
 
-    :meth:`get_conn` is a DB-API 2.0 connection (``clickhouse_driver.dbapi``), for Airflow's SQL
-    operators and sensors; :meth:`client` and :meth:`client_for` are native clients.
+    :meth:`get_conn` is DB-API 2.0 (``clickhouse_driver.dbapi``) for Airflow's SQL operators and sensors;
+    :meth:`client` and :meth:`client_for` are native clients. Airflow 2's connection form: ConnectionForm.
 
     :param clickhouse_conn_id: the Airflow connection id.
     :param schema: a database other than the connection's, for unqualified names.
