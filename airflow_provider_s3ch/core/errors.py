@@ -88,6 +88,7 @@ SERVER_ERRORS: dict[int, ServerErrorClass] = {
     43: ServerErrorClass("terminal", "an illegal type of argument"),
     44: ServerErrorClass("terminal", "an illegal column"),
     47: ServerErrorClass("terminal", "an unknown identifier (column)"),
+    48: ServerErrorClass("terminal", "the server does not implement that (e.g. an unknown compression method)"),
     49: ServerErrorClass("terminal", "a logical error in the server"),
     53: ServerErrorClass("terminal", "a type mismatch"),
     62: ServerErrorClass("terminal", "a syntax error"),

@@ -97,6 +97,10 @@ TYPED_FORMATS = frozenset(
 
 _NO_COMPRESSION = frozenset({"", "none", "auto"})
 
+#: Every ``compression`` ClickHouse reads (``chooseCompressionMethod``, src/IO/CompressionMethod.cpp): the same
+#: names as the extensions above, in any case, and ``auto``/``none``. Any other value stops the query (error 48).
+COMPRESSION_METHODS = frozenset(COMPRESSION_BY_EXTENSION)
+
 
 def _extension(name: str) -> str:
     """The text after the last ``.``, lower-cased, as ClickHouse takes it ("" when there is none)."""
@@ -138,3 +142,10 @@ def is_compressed(compression: str | None) -> bool:
     :param compression: a compression name, ``"none"``, ``"auto"`` or None.
     """
     return (compression or "").strip().lower() not in _NO_COMPRESSION
+
+
+def compression_method(value: str) -> str | None:
+    """``value`` as the ``compression`` ClickHouse reads, lower-cased and stripped, or None when ClickHouse
+    knows no such method (it would stop the query: error 48)."""
+    name = value.strip().lower()
+    return name if name in COMPRESSION_METHODS or name in _NO_COMPRESSION else None

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
+from airflow_provider_s3ch.core.formats import COMPRESSION_METHODS, compression_method
 from airflow_provider_s3ch.core.sizes import parse_size
 
 RegionCheck = Literal["warn", "fail", "off"]
@@ -222,6 +223,20 @@ class LoadRequest(BaseModel):
                 f"format={v!r} is not a ClickHouse format name; give one such as 'Parquet' or 'CSVWithNames'"
             )
         return v
+
+    @field_validator("compression")
+    @classmethod
+    def _compression(cls, v: str | None) -> str | None:
+        if v is None:
+            return v
+        name = compression_method(v)
+        if name is None:
+            raise InvalidRequestError(
+                f"compression={v!r} is not a compression method ClickHouse reads; give one of "
+                f"{', '.join(repr(m) for m in ('auto', 'none', *sorted(COMPRESSION_METHODS)))}, "
+                "or leave it out to take it from the files' extensions"
+            )
+        return name
 
     @field_validator("settings", mode="before")
     @classmethod

@@ -7,6 +7,8 @@ import sys
 
 import pytest
 from airflow.providers.common.compat.sdk import AirflowFailException, AirflowSkipException
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from airflow_provider_s3ch.errors import (
     BucketError,
@@ -203,3 +205,50 @@ def test_a_clickhouse_connection_airflow_does_not_know_is_a_terminal_error(stack
     )
     assert "define the connection" in str(exc) and "clickhouse_conn_id" in str(exc)
     assert isinstance(exc, AirflowFailException)
+
+
+# ------------------------------------------------------------------ compression: ClickHouse's closed list
+def _engine_reads_compression(stack: LocalStack, bucket: str, key: str, compression: str) -> bool:
+    """Whether the server takes ``compression`` as a method: any other answer than error 48 "Unknown
+    compression method" (the tiny CSV is not compressed, so a known method fails to decode: that is fine)."""
+    from airflow_provider_s3ch.core.sql import quote_literal
+
+    url = f"{stack.s3_endpoint}/{bucket}/{key}"
+    try:
+        stack.clickhouse_client().execute(
+            f"SELECT count() FROM s3({quote_literal(url)}, {quote_literal(stack.s3_access_key)}, "
+            f"{quote_literal(stack.s3_secret_key)}, 'CSVWithNames', 'a String', {quote_literal(compression)})")
+    except Exception as exc:  # noqa: BLE001 - the answer is the point
+        return "Unknown compression method" not in str(exc)
+    return True
+
+
+_NAMES = st.sampled_from(["gzip", "gz", "deflate", "zlib", "br", "brotli", "xz", "lzma", "zstd", "zst", "lz4",
+                          "lz4_frame", "bz2", "bzip2", "snappy", "sz", "auto", "none", "raw", "tar"])
+
+
+@settings(max_examples=60, derandomize=True)
+@given(name=_NAMES | _NAMES.map(str.upper) | _NAMES.map(str.title) | _NAMES.map(lambda n: f" {n} ")
+       | st.text(alphabet=st.characters(codec="ascii", categories=["L", "N", "P", "Zs"]), max_size=12))
+def test_the_compressions_the_provider_takes_are_the_ones_the_server_reads(stack: LocalStack, name: str) -> None:
+    """The engine is the truth: the provider takes a value exactly when the server reads its normal form (lower
+    case, stripped), and the normal form is what the provider sends."""
+    from airflow_provider_s3ch.core.formats import compression_method
+
+    bucket, key = "s3ch-sample", "compression/tiny.csv"
+    stack.s3_client().put_object(Bucket=bucket, Key=key, Body=b"a\n1\n")
+    normal = compression_method(name)
+    assert (normal is not None) == _engine_reads_compression(stack, bucket, key, name.strip().lower()), name
+    if normal is not None:
+        assert _engine_reads_compression(stack, bucket, key, normal), normal
+
+
+def test_a_hostile_compression_stops_before_the_server(stack, posts, guarded) -> None:
+    value = "gzip'); DROP TABLE default.guarded; --"
+    exc = _fails(stack, guarded, InvalidRequestError, "is not a compression method ClickHouse reads",
+                 s3_uri=posts.s3_uri, compression=value)
+    assert "'gzip'" in str(exc) and "'zstd'" in str(exc) and isinstance(exc, AirflowFailException)
+    client = stack.clickhouse_client()
+    client.execute("SYSTEM FLUSH LOGS")
+    assert client.execute("SELECT count() FROM system.query_log WHERE position(query, 'DROP TABLE default.guarded') > 0"
+                          " AND query NOT LIKE '%system.query_log%'") == [(0,)]
