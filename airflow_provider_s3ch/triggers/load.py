@@ -99,8 +99,13 @@ class LoadTrigger(BaseTrigger):
             if self._hook is None:
                 self._hook = ClickHouseHook(self.clickhouse_conn_id)
             look = QueryLog(self._hook).look(self.query_ids, self._cluster_nodes(), logged=self.kind == "insert")
-        return judge(look, kind=self.kind, query_ids=self.query_ids, absent_for=absent_for, settle=SETTLE_SECONDS,
-                     now=time.time(), deadline=self.deadline)
+        state = judge(look, kind=self.kind, query_ids=self.query_ids, absent_for=absent_for, settle=SETTLE_SECONDS,
+                      now=time.time(), deadline=self.deadline)
+        if state.verdict == "missing":  # name where it looked, as a synchronous load's errors do
+            where = ", ".join(n.address for n in self._cluster_nodes()) or self._hook.address
+            state = state.model_copy(update={"message": f"{state.message}; looked on {where} through connection "
+                                                        f"{self.clickhouse_conn_id!r}"})
+        return state
 
     def _event(self, status: str, message: str, **figures: Any) -> TriggerEvent:
         return TriggerEvent({"status": status, "kind": self.kind, "query_ids": self.query_ids, "message": message,

@@ -252,6 +252,18 @@ def test_killing_the_trigger_kills_the_query_and_the_retry_loads_afresh(
     assert "failed" in result["resume_reason"]
 
 
+def test_a_load_the_server_lost_names_the_server_and_the_connection(stack: LocalStack) -> None:
+    """A query that neither runs nor is logged (as after a server restart, whose in-memory query_log is gone)
+    is ``missing`` once the settle time passed; the message says where the trigger looked and through which
+    connection, as a synchronous load's errors do."""
+    lost = f"s3ch-{uuid.uuid4().hex[:20]}-try1"
+    event = _fire(LoadTrigger(clickhouse_conn_id="clickhouse_native_default", query_ids=[lost], poll_interval=1.0))
+    node = stack.nodes[0]
+    assert event["status"] == "missing", event
+    assert f"looked on 127.0.0.1:{node.tcp_port} through connection 'clickhouse_native_default'" in event["message"]
+    assert lost in event["message"]
+
+
 def test_a_statement_the_server_refuses_fails_at_the_start_without_a_retry(
     stack: LocalStack, small: SampleDataset, slow_table: str
 ) -> None:
