@@ -65,14 +65,28 @@ class FinalizePlan(BaseModel):
     done_before: bool = Field(False, description="an earlier try finished this load: nothing is left to do")
 
 
-def prepare_statements(steps: LoadSteps, *, staging_exists: bool) -> list[Step]:
+def prepare_statements(
+    steps: LoadSteps, *, staging_exists: bool, staging_comment: str | None = None, target_comment: str | None = None
+) -> list[Step]:
     """Drop the staging table a dead try left (no earlier try runs: checked), create it afresh.
+
+    An ``overwrite`` whose earlier try swapped the tables and died before it put the target's comment back
+    left the target with the marker and the old table, under the staging name, with the target's own
+    comment: that comment goes back onto the target before the old table is dropped.
 
     :param steps: the load's steps (with a staging table).
     :param staging_exists: whether the staging table is there now.
+    :param staging_comment: its comment, when it is there (``overwrite``).
+    :param target_comment: the target's comment (``overwrite``).
     """
     staging = _staging(steps)
-    out = [
+    out: list[Step] = []
+    if (steps.finalize == "exchange" and staging_exists and steps.marker is not None
+            and target_comment == steps.marker and staging_comment not in (None, steps.marker)):
+        keep = "" if (staging_comment or "").startswith(STAGING_MARKER) else (staging_comment or "")
+        out.append(Step(render_set_comment(steps.target, keep),
+                        f"Put back the comment of {steps.target}, which an earlier try's swap left unfinished"))
+    out += [
         Step(
             render_drop_table(staging),
             f"Dropped staging table {staging} left by an earlier try" if staging_exists else "",

@@ -66,8 +66,11 @@ class Inserter:
         """Make the staging table ready (dropping an earlier try's leftover)."""
         if steps.staging is not None:
             # A first try's staging table cannot be there (the name holds the try's stem): no read to say so.
-            left = query_id.try_number > 1 and table_comment(self.hook, steps.staging) is not None
-            run_steps(self.hook, prepare_statements(steps, staging_exists=left), self.log)
+            comment = table_comment(self.hook, steps.staging) if query_id.try_number > 1 else None
+            swapped = comment is not None and steps.finalize == "exchange"  # an earlier try's swap may be unfinished
+            run_steps(self.hook, prepare_statements(
+                steps, staging_exists=comment is not None, staging_comment=comment,
+                target_comment=table_comment(self.hook, steps.target) if swapped else None), self.log)
 
     def abandon_if_idle(self, steps: LoadSteps, query_id: str, nodes: Sequence[ClusterNode]) -> None:
         """Drop the staging table of a try that failed, unless its query still runs (best effort: the load's

@@ -428,3 +428,25 @@ def test_worker_died_while_finishing_the_staging_step(fx: Fx, mode: str) -> None
     assert len(result["partitions"]) == expected_parts, result["partitions"]
     comment = ch.execute(f"SELECT comment FROM system.tables WHERE database = 'default' AND name = '{t.table[8:]}'")
     assert comment[0][0] == "posts by month"
+
+
+def test_overwrite_swapped_by_a_try_the_server_forgot_keeps_the_comment(fx: Fx) -> None:
+    """Try 1 swapped the tables and died before it put the target's comment back, and the server has no
+    ``query_log`` entry of it (a restart empties the local node's log; a cleared task looks the same): the
+    retry loads afresh, and puts the comment back from the old table before it drops it."""
+    t = make_target(fx, "overwrite")
+    ch = fx.stack.clickhouse_client()
+    ch.execute(f"ALTER TABLE {t.table} MODIFY COMMENT 'posts by month'")
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    op = operator(fx, t, settings={})
+    stem = QueryId.parse(qid(op, run_id, 1)).stem
+    staging = render_table(staging_table(TableRef.parse(t.table), stem))
+    ch.execute(f"CREATE TABLE {staging} AS {t.table}")
+    ch.execute(f"ALTER TABLE {staging} MODIFY COMMENT {quote_literal(staging_marker(stem))}")
+    ch.execute(f"INSERT INTO {staging} SELECT * FROM default.clean")  # not under try 1's query id: forgotten
+    ch.execute(f"EXCHANGE TABLES {t.table} AND {staging}")
+    reader = reader_for(fx, t).__enter__()
+    result = retry_and_check(fx, t, run_id, "swapped, try forgotten", reader, settings={})
+    assert result["attached_to"] is None  # nothing to attach to: loaded afresh
+    comment = ch.execute(f"SELECT comment FROM system.tables WHERE database = 'default' AND name = '{t.table[8:]}'")
+    assert comment[0][0] == "posts by month"

@@ -216,6 +216,20 @@ def test_prepare_creates_the_staging_table_and_marks_it_for_overwrite() -> None:
         prepare_statements(direct, staging_exists=False)
 
 
+def test_a_fresh_overwrite_after_an_unfinished_swap_puts_the_targets_comment_back_first() -> None:
+    """The earlier try swapped and died: the target has the marker, the old table (staging name) the target's
+    own comment; it goes back on the target before the old table is dropped. Otherwise nothing is added."""
+    marker, stage = staging_marker(STEM), f"`db`.`_s3ch_stage_{STEM}`"
+    steps = prepare_statements(_steps("overwrite"), staging_exists=True, staging_comment="posts by month",
+                               target_comment=marker)
+    assert [s.sql for s in steps[:2]] == ["ALTER TABLE `db`.`posts` MODIFY COMMENT 'posts by month'",
+                                          f"DROP TABLE IF EXISTS {stage} SYNC"]
+    for staging_comment, target_comment in ((marker, "posts by month"), ("posts by month", "mine"), (None, marker)):
+        plain = prepare_statements(_steps("overwrite"), staging_exists=staging_comment is not None,
+                                   staging_comment=staging_comment, target_comment=target_comment)
+        assert not any("`db`.`posts` MODIFY COMMENT" in s.sql for s in plain), (staging_comment, target_comment)
+
+
 @pytest.mark.parametrize(
     ("mode", "verb"), [("append", "MOVE PARTITION ID"), ("replace_partitions", "REPLACE PARTITION ID")]
 )
