@@ -7,6 +7,7 @@ good dropped. Which statements run is :mod:`airflow_provider_s3ch.core.staging`'
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -25,6 +26,9 @@ from airflow_provider_s3ch.hooks.http_insert import start_insert_http
 from airflow_provider_s3ch.hooks.query_log import QueryLog, kill_query
 from airflow_provider_s3ch.hooks.server import table_comment
 from airflow_provider_s3ch.load.report import DeferLoad
+
+#: How long a failed load waits for its query to leave ``system.processes`` before it drops its staging table.
+ABANDON_WAIT_SECONDS = 10.0
 
 #: A plan with its predicted peak and its ``log_comment`` tag for a step (``plan``, ``halve``, …).
 Tag = Callable[[LoadPlan, str], LoadPlan]
@@ -73,13 +77,21 @@ class Inserter:
                 target_comment=table_comment(self.hook, steps.target) if swapped else None), self.log)
 
     def abandon_if_idle(self, steps: LoadSteps, query_id: str, nodes: Sequence[ClusterNode]) -> None:
-        """Drop the staging table of a try that failed, unless its query still runs (best effort: the load's
-        own error goes on; the next try drops it)."""
+        """Drop the staging table of a try that failed once its query left ``system.processes``: the server
+        reports an error a moment before it lets go of the query, so it waits up to
+        :data:`ABANDON_WAIT_SECONDS` for that; a query still running then keeps its table for the next try
+        (best effort: the load's own error goes on)."""
         if steps.staging is None:
             return
         try:
-            if not self.queries.running_queries([query_id], nodes):
-                run_steps(self.hook, abandon_statements(steps), self.log)
+            deadline = time.monotonic() + ABANDON_WAIT_SECONDS
+            while self.queries.running_queries([query_id], nodes):
+                if time.monotonic() >= deadline:
+                    self.log.warning("The failed load's query %s still runs after %.0f s: staging table %s is left "
+                                     "to the next try, which drops it", query_id, ABANDON_WAIT_SECONDS, steps.staging)
+                    return
+                time.sleep(0.1)
+            run_steps(self.hook, abandon_statements(steps), self.log)
         except Exception as exc:  # noqa: BLE001 - best effort, the load's own error goes on
             self.log.warning("Could not drop staging table %s: %s", steps.staging, exc)
 

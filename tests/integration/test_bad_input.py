@@ -252,3 +252,25 @@ def test_a_hostile_compression_stops_before_the_server(stack, posts, guarded) ->
     client.execute("SYSTEM FLUSH LOGS")
     assert client.execute("SELECT count() FROM system.query_log WHERE position(query, 'DROP TABLE default.guarded') > 0"
                           " AND query NOT LIKE '%system.query_log%'") == [(0,)]
+
+
+def test_a_load_that_fails_for_good_leaves_no_staging_table_on_every_run(stack: LocalStack) -> None:
+    """Bad data fails the insert on the server: each of several runs drops its staging table before it raises
+    (the server reports the error a moment before it lets go of the query: the load waits for that)."""
+    from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
+
+    bucket, key = "s3ch-sample", "bad-data/numbers.csv"
+    stack.s3_client().put_object(Bucket=bucket, Key=key, Body=b"n\n1\n2\nnot-a-number\n4\n")
+    client = stack.clickhouse_client()
+    client.execute("CREATE TABLE IF NOT EXISTS default.numbers_bad (n UInt64) ENGINE = MergeTree ORDER BY n")
+
+    def staging_tables() -> list[tuple[str]]:
+        return client.execute("SELECT name FROM system.tables WHERE startsWith(name, %(p)s)", {"p": STAGING_PREFIX})
+
+    before = staging_tables()
+    for run in range(5):
+        op = S3ToClickHouseOperator(task_id="bad_data", s3_uri=f"s3://{bucket}/{key}", table="default.numbers_bad")
+        with pytest.raises(AirflowFailException, match="incorrect data in the file"):
+            op.execute(fake_context("bad_data", try_number=1 + run % 2))
+        assert staging_tables() == before, f"run {run + 1} left a staging table"
+    assert count(stack, "default.numbers_bad") == 0
