@@ -12,10 +12,11 @@ target untouched.
 Each run loads the month that ended. The schedule is ``CronDataIntervalTimetable``: the run
 for August is made when August has ended (at 2008-09-01 00:00 UTC), with logical date
 2008-08-01 and data interval 2008-08-01 to 2008-09-01, and it loads 2008-08; a backfill's
-run of 2008-08-01 and a manual run with ``-l 2008-08-15`` load 2008-08 too. (Airflow 3's
+run of 2008-08-01 and a manual run with ``-l 2008-08-15`` (Airflow 2: ``-e``) load 2008-08 too. (Airflow 3's
 default for a cron schedule, ``CronTriggerTimetable``, would start that run at 2008-08-01
 00:00 with logical date 2008-08-01, when August's file has not arrived yet.) A manual run
-without a logical date loads the last month that ended before it was triggered.
+without a logical date (on Airflow 2, whose logical date is then the trigger time) loads the last month
+that ended before it was triggered.
 
 Catchup runs every month from ``start_date`` to ``end_date`` (the sample's first half
 year, 2008-07 to 2008-12). Re-run one month with
@@ -41,12 +42,17 @@ from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOpera
 
 
 def run_month(dag_run: Any) -> str:
-    """The month a run loads, ``YYYY-MM`` (UTC): its logical date's (with ``CronDataIntervalTimetable``, the start of
-    the month that ended); without one, the last month that ended before the run was triggered."""
-    if dag_run.logical_date is not None:
-        return dag_run.logical_date.astimezone(datetime.UTC).strftime("%Y-%m")
-    first = dag_run.run_after.astimezone(datetime.UTC).replace(day=1)
-    return (first - datetime.timedelta(days=1)).strftime("%Y-%m")
+    """The month a run loads, ``YYYY-MM`` (UTC): its logical date's once that month has ended (with
+    ``CronDataIntervalTimetable``, a scheduled run's logical date is the start of the month that ended).
+    A run whose logical date is missing (a manual run without one, Airflow 3) or falls in the month still
+    under way (the same run on Airflow 2, whose logical date is the trigger time) loads the last month that
+    ended before the run was triggered."""
+    triggered = getattr(dag_run, "run_after", None) or dag_run.queued_at or datetime.datetime.now(datetime.UTC)
+    month_begun = triggered.astimezone(datetime.UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    logical = dag_run.logical_date
+    if logical is not None and logical.astimezone(datetime.UTC) < month_begun:
+        return logical.astimezone(datetime.UTC).strftime("%Y-%m")
+    return (month_begun - datetime.timedelta(days=1)).strftime("%Y-%m")
 
 
 with DAG(

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_s3ch.compat import AIRFLOW_3
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.cli import read_xcom
 from airflow_provider_s3ch.local.sample import SampleDataset, posts_ddl, write_posts
@@ -57,9 +58,10 @@ def assets_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
 
 
 def _asset_events(home: Path) -> list[tuple[str, str, dict[str, Any]]]:
+    asset = "asset" if AIRFLOW_3 else "dataset"  # Airflow 2 keeps assets under their old name, datasets
     with sqlite3.connect(home / "airflow.db") as db:
         rows = db.execute(
-            "SELECT a.uri, e.source_task_id, e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id "
+            f"SELECT a.uri, e.source_task_id, e.extra FROM {asset}_event e JOIN {asset} a ON a.id = e.{asset}_id "
             "WHERE e.source_dag_id = ?",
             (DAG_ID,),
         ).fetchall()

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from airflow.providers.common.compat.sdk import AirflowSensorTimeout
 
+from airflow_provider_s3ch.compat import AIRFLOW_3
 from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.errors import BucketError, NoObjectsError
 from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
@@ -279,7 +280,8 @@ def test_a_dag_run_defers_the_sensor_until_the_files_arrive_then_loads_them(tmp_
         states = dict(db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = 's3ch_glob_sensor'"))
         triggers = db.execute("SELECT classpath, kwargs FROM trigger").fetchall()
     assert states == {"wait": "success", "load": "success"}, text[-5000:]
-    assert [classpath for classpath, _ in triggers] == ["airflow_provider_s3ch.triggers.s3_glob.S3GlobTrigger"]
+    if AIRFLOW_3:  # Airflow 2's dags test runs the trigger in line without a row in its trigger table
+        assert [classpath for classpath, _ in triggers] == ["airflow_provider_s3ch.triggers.s3_glob.S3GlobTrigger"]
     assert "Deferring to the triggerer" in text and "[DAG TEST] running trigger in line" in text
     assert "is ready" in "".join(log[uploaded_at:])
 
