@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --constraint $(CONSTRAINTS)
 
-.PHONY: venv demo test unit integration lint bench bench-large bench-peers docs constraints clean
+.PHONY: venv demo test unit integration lint bench bench-large bench-peers docs constraints airflow-check clean
 
 venv: $(STAMP)
 
@@ -81,6 +81,13 @@ $(DLT_VENV)/.installed:
 	$(PYTHON) -m venv $(DLT_VENV)
 	$(DLT_VENV)/bin/pip install --quiet --disable-pip-version-check "dlt[clickhouse,parquet,s3]" duckdb pandas
 	touch $(DLT_VENV)/.installed
+
+## airflow-check: what a user of one Airflow version (AIRFLOW_VERSION=...) sees: the provider listed, the DAGs
+## through `airflow dags test` (CSV and Parquet, the sensor, a deferrable load), and the demo's load
+airflow-check: venv
+	AIRFLOW_HOME=$$(mktemp -d) $(VENV)/bin/airflow providers list | grep -F airflow-provider-s3ch
+	$(PY) -m pytest -q -p no:cacheprovider tests/dags
+	$(VENV)/bin/s3ch-local demo --dags-folder example_dags --workload-memory 8Gi
 
 clean:
 	rm -rf $(VENV) $(DLT_VENV) build *.egg-info .pytest_cache site
