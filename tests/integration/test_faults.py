@@ -393,14 +393,17 @@ def test_retry_after_a_complete_load_changes_nothing(fx: Fx, mode: str) -> None:
 # ---------------------------------------------------------------------- 5. crash while finishing
 
 
-@pytest.mark.parametrize("mode", MODES)
-def test_worker_died_while_finishing_the_staging_step(fx: Fx, mode: str) -> None:
-    """Try 1's insert finished, then the worker died half-way through its last step:
-    ``append`` after moving 2 of 6 partitions, ``replace_partitions`` after replacing 2,
-    ``overwrite`` after EXCHANGE TABLES but before restoring the comment and dropping the old table.
+def _comment(fx: Fx, t: Target) -> str:
+    rows = fx.stack.clickhouse_client().execute(
+        "SELECT comment FROM system.tables WHERE database = 'default' AND name = %(n)s", {"n": t.table[8:]})
+    return str(rows[0][0])
 
-    Try 1 is replayed with plain SQL under its own query id, exactly as the operator runs it.
-    """
+
+def _replay_try1_to_its_last_step(fx: Fx, mode: str, *, forgotten: bool) -> tuple[Target, S3ToClickHouseOperator, str]:
+    """Try 1 replayed in plain SQL into a target commented 'posts by month': its insert into the staging table,
+    then half its last step (``append`` moves 2 of 6 partitions, ``replace_partitions`` replaces 2,
+    ``overwrite`` swaps the tables and stops there). ``forgotten``: the insert runs under another query id, so
+    the server has no ``query_log`` entry of try 1 (as after a restart)."""
     t = make_target(fx, mode)
     ch = fx.stack.clickhouse_client()
     ch.execute(f"ALTER TABLE {t.table} MODIFY COMMENT 'posts by month'")
@@ -411,7 +414,7 @@ def test_worker_died_while_finishing_the_staging_step(fx: Fx, mode: str) -> None
     ch.execute(f"CREATE TABLE {staging} AS {t.table}")
     if mode == "overwrite":
         ch.execute(f"ALTER TABLE {staging} MODIFY COMMENT {quote_literal(staging_marker(stem))}")
-    ch.execute(f"INSERT INTO {staging} SELECT * FROM default.clean", query_id=qid(op, run_id, 1))
+    ch.execute(f"INSERT INTO {staging} SELECT * FROM default.clean", query_id=None if forgotten else qid(op, run_id, 1))
     if mode == "overwrite":
         ch.execute(f"EXCHANGE TABLES {t.table} AND {staging}")
     else:
@@ -420,33 +423,33 @@ def test_worker_died_while_finishing_the_staging_step(fx: Fx, mode: str) -> None
                 f"ALTER TABLE {staging} MOVE PARTITION ID '{pid}' TO TABLE {t.table}" if mode == "append"
                 else f"ALTER TABLE {t.table} REPLACE PARTITION ID '{pid}' FROM {staging}"
             )
+    return t, op, run_id
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_worker_died_while_finishing_the_staging_step(fx: Fx, mode: str) -> None:
+    """Try 1's insert finished, then the worker died half-way through its last step:
+    ``append`` after moving 2 of 6 partitions, ``replace_partitions`` after replacing 2,
+    ``overwrite`` after EXCHANGE TABLES but before restoring the comment and dropping the old table.
+
+    Try 1 is replayed with plain SQL under its own query id, exactly as the operator runs it.
+    """
+    t, op, run_id = _replay_try1_to_its_last_step(fx, mode, forgotten=False)
     reader = reader_for(fx, t).__enter__()
     result = retry_and_check(fx, t, run_id, "died while finishing", reader, settings={})
     assert result["attached_to"] == qid(op, run_id, 1)
     assert outcome(fx.stack, qid(op, run_id, 2)) is None
     expected_parts = {"append": 4, "replace_partitions": 6, "overwrite": 6}[mode]
     assert len(result["partitions"]) == expected_parts, result["partitions"]
-    comment = ch.execute(f"SELECT comment FROM system.tables WHERE database = 'default' AND name = '{t.table[8:]}'")
-    assert comment[0][0] == "posts by month"
+    assert _comment(fx, t) == "posts by month"
 
 
 def test_overwrite_swapped_by_a_try_the_server_forgot_keeps_the_comment(fx: Fx) -> None:
     """Try 1 swapped the tables and died before it put the target's comment back, and the server has no
     ``query_log`` entry of it (a restart empties the local node's log; a cleared task looks the same): the
     retry loads afresh, and puts the comment back from the old table before it drops it."""
-    t = make_target(fx, "overwrite")
-    ch = fx.stack.clickhouse_client()
-    ch.execute(f"ALTER TABLE {t.table} MODIFY COMMENT 'posts by month'")
-    run_id = f"run-{uuid.uuid4().hex[:8]}"
-    op = operator(fx, t, settings={})
-    stem = QueryId.parse(qid(op, run_id, 1)).stem
-    staging = render_table(staging_table(TableRef.parse(t.table), stem))
-    ch.execute(f"CREATE TABLE {staging} AS {t.table}")
-    ch.execute(f"ALTER TABLE {staging} MODIFY COMMENT {quote_literal(staging_marker(stem))}")
-    ch.execute(f"INSERT INTO {staging} SELECT * FROM default.clean")  # not under try 1's query id: forgotten
-    ch.execute(f"EXCHANGE TABLES {t.table} AND {staging}")
+    t, _, run_id = _replay_try1_to_its_last_step(fx, "overwrite", forgotten=True)
     reader = reader_for(fx, t).__enter__()
     result = retry_and_check(fx, t, run_id, "swapped, try forgotten", reader, settings={})
     assert result["attached_to"] is None  # nothing to attach to: loaded afresh
-    comment = ch.execute(f"SELECT comment FROM system.tables WHERE database = 'default' AND name = '{t.table[8:]}'")
-    assert comment[0][0] == "posts by month"
+    assert _comment(fx, t) == "posts by month"
