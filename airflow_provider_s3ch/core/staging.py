@@ -65,6 +65,11 @@ class FinalizePlan(BaseModel):
     done_before: bool = Field(False, description="an earlier try finished this load: nothing is left to do")
 
 
+def _own_comment(old_comment: str | None) -> str:
+    """The comment to put back on an ``overwrite`` target: the old table's, unless that is a staging marker."""
+    return "" if (old_comment or "").startswith(STAGING_MARKER) else (old_comment or "")
+
+
 def prepare_statements(
     steps: LoadSteps, *, staging_exists: bool, staging_comment: str | None = None, target_comment: str | None = None
 ) -> list[Step]:
@@ -83,8 +88,7 @@ def prepare_statements(
     out: list[Step] = []
     if (steps.finalize == "exchange" and staging_exists and steps.marker is not None
             and target_comment == steps.marker and staging_comment not in (None, steps.marker)):
-        keep = "" if (staging_comment or "").startswith(STAGING_MARKER) else (staging_comment or "")
-        out.append(Step(render_set_comment(steps.target, keep),
+        out.append(Step(render_set_comment(steps.target, _own_comment(staging_comment)),
                         f"Put back the comment of {steps.target}, which an earlier try's swap left unfinished"))
     out += [
         Step(
@@ -148,8 +152,7 @@ def finalize_statements(
         else:
             old_comment, partitions = staging_comment, target_partitions
         if "restore_comment" in todo:
-            keep = "" if (old_comment or "").startswith(STAGING_MARKER) else (old_comment or "")
-            out.append(Step(render_set_comment(target, keep), ""))
+            out.append(Step(render_set_comment(target, _own_comment(old_comment)), ""))
         out.append(Step(render_drop_table(staging), ""))
         return FinalizePlan(steps=out, partitions=[value for _, value in partitions])
     if staging_comment is None:
