@@ -193,6 +193,34 @@ class LocalStack:
         with contextlib.suppress(Exception):
             atexit.unregister(self.stop)
 
+    def restart_node(self, index: int = 0, *, kill: bool = True) -> None:
+        """Stop node ``index`` (SIGKILL, as a crash; ``kill=False``: SIGTERM) and start it again on the same
+        ports and data directory; wait until it answers.
+
+        What a restart keeps and loses is the engine's: MergeTree tables, their parts and comments stay;
+        ``system.query_log`` and the other system tables start empty, and queries that ran are gone. The
+        workload scheduling of ``workload_memory`` is set up again.
+
+        :param index: the node.
+        :param kill: SIGKILL (no shutdown) rather than SIGTERM.
+        """
+        node = self.nodes[index]
+        if node.process is not None and node.process.poll() is None:
+            if kill:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(node.process.pid, signal.SIGKILL)
+                node.process.wait(timeout=30)
+            else:
+                self._terminate(node.process)
+        node.process = self._spawn(
+            [sys.executable, "-m", "airflow_provider_s3ch.local.node", str(node.workdir)], node.workdir / "node.log"
+        )
+        self._wait_node(node)
+        if self.workload_memory is not None:
+            client = self.clickhouse_client(index)
+            for sql in self.workload_ddl():
+                client.execute(sql)
+
     def start_s3(self) -> None:
         """Start (or restart, on the same port) the S3 server. A restart starts empty."""
         if self._s3_process is not None and self._s3_process.poll() is None:
