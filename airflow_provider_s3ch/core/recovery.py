@@ -22,7 +22,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Sequence
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -140,6 +140,51 @@ def staging_marker(stem: str) -> str:
     return f"{STAGING_MARKER}{stem}"
 
 
+def is_marker(comment: str | None, marker: str) -> bool:
+    """Whether a table's comment is ``marker``, bare or with the mark of a finished insert."""
+    return comment is not None and (comment == marker or comment.startswith(marker + _FILLED))
+
+
+#: What follows the marker once the insert into the staging table finished: its query id and figures.
+_FILLED = "; filled by "
+_FILLED_RE = re.compile(
+    r"^s3ch staging table of (?P<stem>[0-9a-f]+); filled by (?P<query_id>\S+): (?P<figures>\{.*\})$", re.DOTALL)
+
+
+class FilledMark(BaseModel):
+    """The durable witness that an insert into a staging table finished: the staging table's comment (the
+    target's, after an ``overwrite`` swap), written after the insert and before any partition moves. A retry
+    reads it where ``system.query_log`` no longer knows the try (a restarted server, another replica, the
+    log's TTL): it resumes the moves instead of loading again, and reports the figures kept here."""
+
+    stem: str
+    query_id: str
+    figures: dict[str, Any]
+
+    def comment(self) -> str:
+        """The comment that carries this mark."""
+        return f"{staging_marker(self.stem)}{_FILLED}{self.query_id}: {json.dumps(self.figures, sort_keys=True)}"
+
+    @property
+    def try_number(self) -> int:
+        try:
+            return QueryId.parse(self.query_id).try_number
+        except InvalidRequestError:
+            return 0
+
+    @classmethod
+    def read(cls, comment: str | None, stem: str) -> FilledMark | None:
+        """The mark in ``comment`` when it is one of ``stem``'s; None otherwise."""
+        m = _FILLED_RE.match(comment or "")
+        if not m or m.group("stem") != stem:
+            return None
+        try:
+            figures = json.loads(m.group("figures"))
+        except ValueError:
+            return None
+        return cls(stem=stem, query_id=m.group("query_id"), figures=figures) if isinstance(figures, dict) else None
+
+
 Finalize = Literal["none", "move", "replace", "exchange"]
 
 
@@ -165,11 +210,16 @@ class LoadSteps(BaseModel):
         return self.staging or self.target
 
     @property
+    def stem(self) -> str | None:
+        """The query id stem that names the staging table; None without one."""
+        return None if self.staging is None else self.staging.name[len(STAGING_PREFIX) :]
+
+    @property
     def marker(self) -> str | None:
         """The staging table's comment for ``overwrite``; None otherwise."""
-        if self.finalize != "exchange" or self.staging is None:
+        if self.finalize != "exchange" or self.stem is None:
             return None
-        return staging_marker(self.staging.name[len(STAGING_PREFIX) :])
+        return staging_marker(self.stem)
 
 
 #: How the replacing modes bring the staging table in, and why.

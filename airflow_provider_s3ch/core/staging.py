@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.models import TableRef
-from airflow_provider_s3ch.core.recovery import STAGING_MARKER, LoadSteps
+from airflow_provider_s3ch.core.recovery import STAGING_MARKER, FilledMark, LoadSteps, is_marker
 from airflow_provider_s3ch.core.sql import (
     render_create_staging,
     render_drop_table,
@@ -39,10 +39,10 @@ def overwrite_steps(staging_comment: str | None, target_comment: str | None, mar
     :param marker: this task instance's staging marker.
     :return: the steps still to run, in order.
     """
-    restore: list[SwapStep] = ["restore_comment"] if target_comment == marker else []
+    restore: list[SwapStep] = ["restore_comment"] if is_marker(target_comment, marker) else []
     if staging_comment is None:
         return restore
-    if staging_comment == marker:
+    if is_marker(staging_comment, marker):
         return ["exchange", "restore_comment", "drop_staging"]
     return [*restore, "drop_staging"]
 
@@ -87,7 +87,8 @@ def prepare_statements(
     staging = _staging(steps)
     out: list[Step] = []
     if (steps.finalize == "exchange" and staging_exists and steps.marker is not None
-            and target_comment == steps.marker and staging_comment not in (None, steps.marker)):
+            and is_marker(target_comment, steps.marker) and staging_comment is not None
+            and not is_marker(staging_comment, steps.marker)):
         out.append(Step(render_set_comment(steps.target, _own_comment(staging_comment)),
                         f"Put back the comment of {steps.target}, which an earlier try's swap left unfinished"))
     out += [
@@ -121,6 +122,7 @@ def finalize_statements(
     target_comment: str | None,
     staging_partitions: Sequence[tuple[str, str]],
     target_partitions: Sequence[tuple[str, str]] = (),
+    mark: FilledMark | None = None,
 ) -> FinalizePlan:
     """What brings the staging table's rows into the target; idempotent, so a retry can resume it.
 
@@ -136,6 +138,9 @@ def finalize_statements(
     :param target_comment: the target's comment now.
     :param staging_partitions: (partition_id, partition) of the staging table's non-empty parts.
     :param target_partitions: the same for the target (overwrite, after a swap an earlier try made).
+    :param mark: the finished insert's mark (:class:`FilledMark`), written onto the staging table before the
+        first partition leaves it, unless it carries one already: a retry then knows the insert finished
+        without ``system.query_log``.
     """
     staging, target = _staging(steps), steps.target
     if steps.finalize == "exchange":
@@ -144,7 +149,7 @@ def finalize_statements(
         if "drop_staging" not in todo:
             restore = [Step(render_set_comment(target, ""), "")] if "restore_comment" in todo else []
             return FinalizePlan(steps=restore, done_before=True)
-        out: list[Step] = []
+        out = _marking(staging, staging_comment, mark) if "exchange" in todo else []  # the staging table holds it
         if "exchange" in todo:
             out.append(Step(render_exchange(target, staging), f"Exchanged {target} and {staging}"))
             # The old table, now under the staging name, carries the target's comment from before the swap.
@@ -157,7 +162,7 @@ def finalize_statements(
         return FinalizePlan(steps=out, partitions=[value for _, value in partitions])
     if staging_comment is None:
         return FinalizePlan(done_before=True)
-    out = []
+    out = _marking(staging, staging_comment, mark) if staging_partitions else []
     for partition_id, value in staging_partitions:
         if steps.finalize == "move":
             out.append(Step(render_move_partition(staging, target, partition_id), f"Moved partition {value}"))
@@ -165,6 +170,13 @@ def finalize_statements(
             out.append(Step(render_replace_partition(target, staging, partition_id), f"Replaced partition {value}"))
     out.append(Step(render_drop_table(staging), ""))
     return FinalizePlan(steps=out, partitions=[value for _, value in staging_partitions])
+
+
+def _marking(staging: TableRef, staging_comment: str | None, mark: FilledMark | None) -> list[Step]:
+    """The statement that marks the staging table filled, unless there is no mark or it carries one."""
+    if mark is None or FilledMark.read(staging_comment, mark.stem) is not None:
+        return []
+    return [Step(render_set_comment(staging, mark.comment()), "")]
 
 
 def _staging(steps: LoadSteps) -> TableRef:

@@ -31,7 +31,7 @@ from airflow_provider_s3ch.core.lineage import LoadFacts
 from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.core.plan import peak_estimate
-from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Resume, decide_resume, plan_steps
+from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, Resume, decide_resume, plan_steps
 from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile
 from airflow_provider_s3ch.core.sizes import fmt_bytes, is_byte_setting
@@ -183,6 +183,12 @@ class LoadRun:
         fan_out = profile.nodes if distributed or profile.table.is_distributed else []
         # resume
         resume = self._resume(query_id, first_try, fan_out)
+        mark = self._durable_mark(hook, steps, query_id, first_try) if resume.action == "load" else None
+        if mark is not None:
+            resume = Resume(action="attach", query_ids=[mark.query_id], reason=(
+                f"earlier try {mark.query_id} filled the staging table (its mark on the server says so; "
+                "system.query_log no longer lists it): bringing its rows in, not inserting again"))
+            self.log.info("Try %d: %s", query_id.try_number, resume.reason)
         attached_to = resume.query_ids[0] if resume.action == "attach" else None
         attempts: list[dict[str, Any]] = []
         if ledger is not None and chunk is not None:  # an insert the ledger knows finished is not repeated
@@ -204,7 +210,21 @@ class LoadRun:
                          sql=rendered.redacted, files=list(manifest.objects),
                          chunk=chunk.number if chunk is not None else WHOLE_FILE, memory_attempts=attempts),
             query_id=attached_to or str(query_id), fan_out=fan_out, distributed=distributed,
-            inserted_now=attached_to is None, ledger=ledger, chunk=chunk)
+            inserted_now=attached_to is None, ledger=ledger, chunk=chunk,
+            metrics=LoadMetrics.model_validate(mark.figures) if mark is not None else None)
+
+    def _durable_mark(self, hook: ClickHouseHook, steps: LoadSteps, query_id: QueryId,
+                      first_try: int) -> FilledMark | None:
+        """A retry's second witness: the mark an earlier try of this series left on its staging table (on the
+        target, after an ``overwrite`` swap) once its insert finished. Try 1 has none to look for."""
+        if steps.staging is None or query_id.try_number <= 1:
+            return None
+        mark = FilledMark.read(table_comment(hook, steps.staging), steps.stem or "")
+        if mark is None and steps.finalize == "exchange":
+            mark = FilledMark.read(table_comment(hook, steps.target), steps.stem or "")
+        if mark is None or not first_try <= mark.try_number < query_id.try_number:
+            return None
+        return mark
 
     # ------------------------------------------------------------------ resume
     def _resume(self, query_id: QueryId, first_try: int, nodes: Sequence[ClusterNode]) -> Resume:
@@ -275,23 +295,28 @@ class LoadRun:
     def _complete_insert(
         self, hook: ClickHouseHook, one: Loaded, *, query_id: str, fan_out: Sequence[ClusterNode], distributed: bool,
         inserted_now: bool, ledger: LedgerRun | None = None, chunk: Chunk | None = None,
+        metrics: LoadMetrics | None = None,
     ) -> Loaded:
-        """One insert's end: its figures from ``system.query_log``, the staging table brought into the
-        target (the ledger marks around it)."""
+        """One insert's end: its figures from ``system.query_log`` (or, given, from the staging table's mark),
+        the staging table brought into the target (the ledger marks around it)."""
         assert self.inserter is not None
-        queries = self.inserter.queries
-        entry = queries.entry(query_id, fan_out)
-        metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
-                               distributed=distributed, target_distributed=one.target.is_distributed)
+        if metrics is None:
+            queries = self.inserter.queries
+            entry = queries.entry(query_id, fan_out)
+            metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
+                                   distributed=distributed, target_distributed=one.target.is_distributed)
         if ledger is not None and chunk is not None:  # the staging table holds the files: pending first
             ledger.pending(metrics, chunk)
-        moved = self._finalize(hook, one.steps, inserted_now=inserted_now) if one.steps.staging is not None else []
+        moved = (self._finalize(hook, one.steps, inserted_now=inserted_now, mark=FilledMark(
+            stem=one.steps.stem, query_id=query_id, figures=metrics.model_dump(mode="json")))
+            if one.steps.stem is not None else [])
         if ledger is not None and chunk is not None:  # the partitions are in the target
             ledger.loaded(metrics, chunk)
         return one.done(metrics, moved)
 
-    def _finalize(self, hook: ClickHouseHook, steps: LoadSteps, *, inserted_now: bool) -> list[str]:
-        """Bring the staging table's rows into the target; idempotent, so a retry can resume it.
+    def _finalize(self, hook: ClickHouseHook, steps: LoadSteps, *, inserted_now: bool, mark: FilledMark) -> list[str]:
+        """Bring the staging table's rows into the target, marked filled first; idempotent, so a retry can
+        resume it.
 
         :param inserted_now: this try's own insert just filled the staging table: it exists, and moving or
             replacing partitions needs no comment (one round trip less each; ``overwrite`` reads them).
@@ -306,6 +331,7 @@ class LoadRun:
             target_comment=None if steps.finalize != "exchange" else table_comment(hook, steps.target),
             staging_partitions=partitions(hook, staging) if staging_comment is not None else [],
             target_partitions=partitions(hook, steps.target) if steps.finalize == "exchange" else [],
+            mark=mark,
         )
         run_steps(hook, finalize.steps, self.log)
         if finalize.done_before:

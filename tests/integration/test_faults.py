@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_s3ch.core.models import TableRef
-from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, QueryId, staging_marker, staging_table
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, FilledMark, QueryId, staging_marker, staging_table
 from airflow_provider_s3ch.core.sql import quote_literal, render_table
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, LoadError
 from airflow_provider_s3ch.local import LocalStack
@@ -401,9 +401,10 @@ def _comment(fx: Fx, t: Target) -> str:
 
 def _replay_try1_to_its_last_step(fx: Fx, mode: str, *, forgotten: bool) -> tuple[Target, S3ToClickHouseOperator, str]:
     """Try 1 replayed in plain SQL into a target commented 'posts by month': its insert into the staging table,
-    then half its last step (``append`` moves 2 of 6 partitions, ``replace_partitions`` replaces 2,
-    ``overwrite`` swaps the tables and stops there). ``forgotten``: the insert runs under another query id, so
-    the server has no ``query_log`` entry of try 1 (as after a restart)."""
+    the mark that says the insert finished, then half its last step (``append`` moves 2 of 6 partitions,
+    ``replace_partitions`` replaces 2, ``overwrite`` swaps the tables and stops there). ``forgotten``: the
+    insert runs under another query id, so the server has no ``query_log`` entry of try 1 (as after a
+    restart)."""
     t = make_target(fx, mode)
     ch = fx.stack.clickhouse_client()
     ch.execute(f"ALTER TABLE {t.table} MODIFY COMMENT 'posts by month'")
@@ -414,7 +415,12 @@ def _replay_try1_to_its_last_step(fx: Fx, mode: str, *, forgotten: bool) -> tupl
     ch.execute(f"CREATE TABLE {staging} AS {t.table}")
     if mode == "overwrite":
         ch.execute(f"ALTER TABLE {staging} MODIFY COMMENT {quote_literal(staging_marker(stem))}")
-    ch.execute(f"INSERT INTO {staging} SELECT * FROM default.clean", query_id=None if forgotten else qid(op, run_id, 1))
+    try1 = qid(op, run_id, 1)
+    ch.execute(f"INSERT INTO {staging} SELECT * FROM default.clean", query_id=None if forgotten else try1)
+    figures = {"query_id": try1, "written_rows": ROWS, "written_bytes": 0, "read_rows": ROWS, "read_bytes": 0,
+               "duration_ms": 0, "memory_usage": 0}
+    ch.execute(f"ALTER TABLE {staging} MODIFY COMMENT "
+               f"{quote_literal(FilledMark(stem=stem, query_id=try1, figures=figures).comment())}")
     if mode == "overwrite":
         ch.execute(f"EXCHANGE TABLES {t.table} AND {staging}")
     else:
@@ -444,12 +450,15 @@ def test_worker_died_while_finishing_the_staging_step(fx: Fx, mode: str) -> None
     assert _comment(fx, t) == "posts by month"
 
 
-def test_overwrite_swapped_by_a_try_the_server_forgot_keeps_the_comment(fx: Fx) -> None:
-    """Try 1 swapped the tables and died before it put the target's comment back, and the server has no
-    ``query_log`` entry of it (a restart empties the local node's log; a cleared task looks the same): the
-    retry loads afresh, and puts the comment back from the old table before it drops it."""
-    t, _, run_id = _replay_try1_to_its_last_step(fx, "overwrite", forgotten=True)
+@pytest.mark.parametrize("mode", MODES)
+def test_a_try_the_server_forgot_is_finished_from_its_mark(fx: Fx, mode: str) -> None:
+    """Try 1 filled the staging table, marked it, and died half-way through its last step, and the server has
+    no ``query_log`` entry of it (a restart empties the local node's log; another replica, the log's TTL):
+    the retry reads the mark, brings the rest in without inserting again, and puts the comment back.
+    ``test_server_restart`` does the same through a real restart."""
+    t, op, run_id = _replay_try1_to_its_last_step(fx, mode, forgotten=True)
     reader = reader_for(fx, t).__enter__()
-    result = retry_and_check(fx, t, run_id, "swapped, try forgotten", reader, settings={})
-    assert result["attached_to"] is None  # nothing to attach to: loaded afresh
+    result = retry_and_check(fx, t, run_id, "half finished, try forgotten", reader, settings={})
+    assert result["attached_to"] == qid(op, run_id, 1)
+    assert outcome(fx.stack, qid(op, run_id, 2)) is None
     assert _comment(fx, t) == "posts by month"

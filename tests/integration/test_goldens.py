@@ -17,8 +17,8 @@ What varies from run to run is normalised (:class:`Placeholders`, :func:`stateme
 - names: the unique table and database (``<table>``, ``<db>``), the query id stem (``<stem>``; a chunk's
   unit id is ``<stem>`` and its number), other query ids (``<hexN>``), ports (``<s3>``, ``<tcpN>``,
   ``<httpN>``), the history tag's key (``<history-key>``), uuids (secondary query ids), timestamps;
-- figures: timings and memory peaks (``<varies>``); with no ``memory_cap``, the budget (``<budget>``, and
-  the sizes computed from it in the reasons): half of the server's memory, which chdb-core derives from the
+- figures: timings and memory peaks (``<varies>``), and the figures a staging table's mark carries
+  (``<figures>``); with no ``memory_cap``, the budget (``<budget>``, and the sizes computed from it in the reasons): half of the server's memory, which chdb-core derives from the
   machine's available memory of the moment; the engine's words after "Query memory limit exceeded"; in the
   distributed load each node's rows and bytes (which node read which file is the engine's choice);
 - order and repeats: polling loops (``SYSTEM FLUSH LOGS`` and ``system.query_log`` reads,
@@ -107,6 +107,8 @@ class Placeholders:
     _UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
     _DATETIME = re.compile(r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(\.\d+)?([+-]\d{2}:\d{2}|Z)?")
     _HISTORY_KEY = re.compile(r"(?<=s3ch/1 )[0-9a-f]{16}\b")
+    #: The figures a staging table's mark carries (timings among them): a statement's last literal.
+    _FILLED_FIGURES = re.compile(r"(; filled by \S+: )\{.*\}'$")
     _QUERY_STEM = re.compile(rf"(?<=s3ch-)[0-9a-f]{{8,}}(?=-try)|(?<={STAGING_PREFIX})[0-9a-f]{{8,}}")
     _SIZE = r"[0-9.]+ [KMGT]?i?B"
     #: Where the default memory budget (no memory_cap: half the server's memory, which chdb-core derives from
@@ -154,6 +156,7 @@ class Placeholders:
                 self.learn(v)
 
     def text(self, value: str) -> str:
+        value = self._FILLED_FIGURES.sub(r"\1<figures>'", value)
         if self.default_budget:
             for pattern, replacement in self._BUDGET_TEXT:
                 value = pattern.sub(replacement, value)

@@ -3,22 +3,27 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.models import LoadRequest, TableRef
 from airflow_provider_s3ch.core.recovery import (
     STAGING_PREFIX,
     EarlierTry,
+    FilledMark,
     LoadSteps,
     QueryId,
     decide_resume,
     first_try_of_series,
+    is_marker,
     plan_steps,
     staging_marker,
     staging_table,
 )
 from airflow_provider_s3ch.core.server_models import TableInfo
 from airflow_provider_s3ch.core.sql import (
+    quote_literal,
     render_create_staging,
     render_drop_table,
     render_exchange,
@@ -266,3 +271,55 @@ def test_finalize_overwrite_swaps_restores_the_comment_and_drops_the_old_table()
     # A target that had no comment of its own gets none back, not the staging marker.
     bare = finalize_statements(_steps("overwrite"), staging_comment=m, target_comment=m, staging_partitions=PARTS)
     assert "MODIFY COMMENT ''" in bare.steps[1].sql
+
+
+# --- the durable mark of a finished insert -----------------------------------------------
+
+
+@given(figures=st.dictionaries(st.text(max_size=12), st.one_of(st.integers(), st.text(max_size=40),
+                                                               st.lists(st.integers(), max_size=3)), max_size=6),
+       try_number=st.integers(min_value=1, max_value=10_000))
+def test_filled_mark_round_trips_through_a_comment(figures: dict, try_number: int) -> None:
+    qid = str(QueryId(stem=STEM, try_number=try_number))
+    mark = FilledMark(stem=STEM, query_id=qid, figures=figures)
+    back = FilledMark.read(mark.comment(), STEM)
+    assert back == mark and back.try_number == try_number
+    assert is_marker(mark.comment(), staging_marker(STEM))
+    assert FilledMark.read(mark.comment(), "f" * 20) is None  # another task instance's staging table
+
+
+@pytest.mark.parametrize("comment", [None, "", "posts by month", staging_marker(STEM),
+                                     staging_marker(STEM) + "; filled by x: not json"])
+def test_no_mark_reads_as_none(comment: str | None) -> None:
+    assert FilledMark.read(comment, STEM) is None
+
+
+def _mark() -> FilledMark:
+    return FilledMark(stem=STEM, query_id=str(QueryId(stem=STEM, try_number=1)), figures={"written_rows": 3})
+
+
+@pytest.mark.parametrize("mode", ["append", "replace_partitions"])
+def test_finalize_marks_the_staging_table_before_the_first_partition_leaves_it(mode: str) -> None:
+    mark = _mark()
+    f = finalize_statements(_steps(mode), staging_comment="", target_comment="", staging_partitions=PARTS, mark=mark)
+    assert f.steps[0].sql.endswith("MODIFY COMMENT " + quote_literal(mark.comment()))
+    assert "PARTITION ID '200807'" in f.steps[1].sql
+    # A retry that finds the mark resumes the moves without writing it again; an empty staging table gets none.
+    again = finalize_statements(_steps(mode), staging_comment=mark.comment(), target_comment="",
+                                staging_partitions=PARTS[1:], mark=mark)
+    assert "PARTITION ID '200808'" in again.steps[0].sql and len(again.steps) == 2
+    empty = finalize_statements(_steps(mode), staging_comment="", target_comment="", staging_partitions=[], mark=mark)
+    assert [s.sql.split(" ")[0] for s in empty.steps] == ["DROP"]
+
+
+def test_finalize_overwrite_marks_before_the_swap_and_never_the_old_table() -> None:
+    mark, m = _mark(), staging_marker(STEM)
+    f = finalize_statements(_steps("overwrite"), staging_comment=m, target_comment="posts by month",
+                            staging_partitions=PARTS, mark=mark)
+    assert [s.sql.split(" ")[0] for s in f.steps] == ["ALTER", "EXCHANGE", "ALTER", "DROP"]
+    assert f.steps[2].sql.endswith("MODIFY COMMENT 'posts by month'")
+    # Swapped: the target carries the mark, the old table the target's comment, which goes back.
+    after = finalize_statements(_steps("overwrite"), staging_comment="posts by month", target_comment=mark.comment(),
+                                staging_partitions=[], target_partitions=PARTS, mark=mark)
+    assert [s.sql for s in after.steps][:1] == ["ALTER TABLE `db`.`posts` MODIFY COMMENT 'posts by month'"]
+    assert after.partitions == ["200807", "200808"]
