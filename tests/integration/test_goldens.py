@@ -18,9 +18,10 @@ What varies from run to run is normalised (:class:`Placeholders`, :func:`stateme
   unit id is ``<stem>`` and its number), other query ids (``<hexN>``), ports (``<s3>``, ``<tcpN>``,
   ``<httpN>``), the history tag's key (``<history-key>``), uuids (secondary query ids), timestamps;
 - figures: timings and memory peaks (``<varies>``), and the figures a staging table's mark carries
-  (``<figures>``); with no ``memory_cap``, the budget (``<budget>``, and the sizes computed from it in the reasons): half of the server's memory, which chdb-core derives from the
-  machine's available memory of the moment; the engine's words after "Query memory limit exceeded"; in the
-  distributed load each node's rows and bytes (which node read which file is the engine's choice);
+  (``<figures>``); with no ``memory_cap``, the budget (``<budget>``, and the sizes computed from it in the
+  reasons): half of the server's memory, which chdb-core derives from the machine's available memory of the
+  moment; the engine's words after "Query memory limit exceeded"; in the distributed load each node's rows
+  and bytes (which node read which file is the engine's choice);
 - order and repeats: polling loops (``SYSTEM FLUSH LOGS`` and ``system.query_log`` reads,
   ``system.processes`` polls, the trigger's looks) repeat their reads a variable number of times, so
   consecutive repeats of any run of one to three statements are collapsed into one; the deferred insert
@@ -77,7 +78,7 @@ CLIENT_NAME = "airflow-provider-s3ch"
 
 #: XCom and trigger fields whose values are timings or memory figures of the moment.
 VARIES = frozenset({
-    "duration_ms", "wall_ms", "run_ms", "memory_usage", "memory_vs_predicted", "rows_per_second",
+    "duration_ms", "wall_ms", "phases_ms", "run_ms", "memory_usage", "memory_vs_predicted", "rows_per_second",
     "admission_wait_ms", "started_at", "deadline", "elapsed", "query_duration_ms",
 })
 VARIES_TEXT = "<varies>"
