@@ -96,6 +96,7 @@ class DeferredLoad(BaseModel):
     objects: list[S3Object] | None = Field(None, description="the manifest's files; None when there are too many")
     sql: str | None = Field(None, description="the redacted statement; None when too long to carry")
     started_at: float = Field(description="when the try started (seconds since the epoch)")
+    phases_ms: dict[str, int] = Field(default_factory=dict, description="milliseconds per phase before the deferral")
 
     @classmethod
     def carry(

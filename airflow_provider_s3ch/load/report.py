@@ -52,6 +52,9 @@ class LoadReport(BaseModel):
     history: dict[str, Any] | None = None
     rows_per_second: float | None = None
     wall_ms: int | None = None
+    #: Where ``wall_ms`` went: milliseconds per phase (``s3``, ``target``, ``resume``, ``insert``, ``complete``,
+    #: ``lineage``; ``ledger``; ``other``, or ``deferred`` while the triggerer followed the insert).
+    phases_ms: dict[str, int] | None = None
     nodes: list[dict[str, Any]] | None = None
     checks: list[dict[str, Any]] | None = None
     warnings: list[str] | None = None
@@ -116,7 +119,7 @@ class Loaded:
 
 def build_report(
     loads: list[Loaded], metrics: LoadMetrics, partitions: list[str], *, wall_ms: int,
-    ledger: dict[str, Any] | None = None, chunked: bool = False,
+    ledger: dict[str, Any] | None = None, chunked: bool = False, phases_ms: dict[str, int] | None = None,
 ) -> LoadReport:
     """The report of a load that ran (or attached to an earlier try): one insert, or its chunks'."""
     last = loads[-1]
@@ -142,6 +145,8 @@ def build_report(
         result.update(files=len(files), bytes=sum(o.size for o in files), chunks=[one.figures() for one in loads])
     if ledger is not None:
         result["ledger"] = ledger
+    if phases_ms is not None:
+        result["phases_ms"] = phases_ms
     return LoadReport(**result)
 
 

@@ -14,9 +14,10 @@ or a skip (:class:`NothingNew`) and the operator turns them into Airflow's.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +84,16 @@ class LoadRun:
         self._key = ""
         #: The target's columns as the last ``target`` phase read them (None: read again for the lineage).
         self._columns: list[Column] | None = None
+        #: Milliseconds spent in each phase of this process's part of the load (the XCom's ``phases_ms``).
+        self.phases: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def _phase(self, name: str) -> Iterator[None]:
+        begun = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[name] = self.phases.get(name, 0.0) + (time.monotonic() - begun) * 1000
 
     def kill(self) -> None:
         """Kill the queries the run waits for or runs now."""
@@ -100,7 +111,8 @@ class LoadRun:
         request = self.request
         source = S3Source(self.options.aws_conn_id)
         try:
-            manifest = build_manifest(source.client(), request)
+            with self._phase("s3"):
+                manifest = build_manifest(source.client(), request)
         except NothingMatchedError as exc:
             if request.skip_when_empty and not request.dry_run:
                 raise NothingNew(f"{exc.args[0].split(';')[0]}: skipped (skip_when_empty=True)") from exc
@@ -117,8 +129,9 @@ class LoadRun:
             self._key = history_key(f"{table.database}.{table.name}", request.bucket, request.key_pattern,
                                     request.format or manifest.format)
             if self.options.learn_from_history and "log_comment" not in request.settings:
-                self._learned = learn(self.inserter.queries.past_loads(self._key),
-                                      footers=bool(manifest.uncompressed_bytes))
+                with self._phase("target"):
+                    self._learned = learn(self.inserter.queries.past_loads(self._key),
+                                          footers=bool(manifest.uncompressed_bytes))
             url = object_url(request.bucket, request.key_pattern,
                              endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
                              archive_syntax=archive_path_syntax(request.settings))
@@ -126,15 +139,17 @@ class LoadRun:
                 one = self._one(hook, source, manifest, url, query_id, first_try, started=started)
                 if isinstance(one, LoadReport):
                     return one
-                return self._complete(hook, [one], wall_ms=int((time.monotonic() - started) * 1000),
-                                      columns=self._columns, objects=manifest.objects)
+                return self._complete(hook, [one], clock=_ms_since(started), columns=self._columns,
+                                      objects=manifest.objects)
             # the ledger: the files no load recorded, claimed for this one, in chunks (docs/ledger.md)
             ledger = LedgerRun(hook, request, query_id, claim_timeout=self.options.claim_timeout, log=self.log)
-            chunks = ledger.prepare(manifest, url)
+            with self._phase("ledger"):
+                chunks = ledger.prepare(manifest, url)
             if not chunks:
                 return ledger.nothing_new(int((time.monotonic() - started) * 1000))
             for chunk in chunks:  # each chunk its own insert and staging table, committed in order
-                begun = ledger.begin(chunk)
+                with self._phase("ledger"):
+                    begun = ledger.begin(chunk)
                 if begun is None:
                     continue
                 chunk, part, part_url = begun
@@ -148,8 +163,8 @@ class LoadRun:
                 loads.append(one)
             if not loads:  # every file was taken by another load while this one renewed its claims
                 return ledger.nothing_new(int((time.monotonic() - started) * 1000))
-            return self._complete(hook, loads, wall_ms=int((time.monotonic() - started) * 1000),
-                                  columns=self._columns, objects=[o for one in loads for o in one.files or []],
+            return self._complete(hook, loads, clock=_ms_since(started), columns=self._columns,
+                                  objects=[o for one in loads for o in one.files or []],
                                   ledger=ledger.summary(), chunked=bool(ledger.selection.chunks))
         except BaseException:
             if ledger is not None:  # give the claims back when nothing of the load can still land
@@ -166,15 +181,16 @@ class LoadRun:
         request, inserter = self.request, self.inserter
         assert inserter is not None
         # target
-        facts = prepare_target(hook, source.credentials(), request, manifest, url, spec=self.options.table_spec,
-                               learned=self._learned, log=self.log)
-        self._columns = facts.columns
-        profile = facts.profile
-        plan = self._tagged(facts.plan, manifest, profile, "plan")
-        steps = plan_steps(request.mode, profile.table, query_id.stem)
-        if ledger is not None:  # only a load through a staging table
-            ledger.check(steps, plan)
-        rendered = render_insert(plan, source.credentials(), target=steps.staging)
+        with self._phase("target"):
+            facts = prepare_target(hook, source.credentials(), request, manifest, url,
+                                   spec=self.options.table_spec, learned=self._learned, log=self.log)
+            self._columns = facts.columns
+            profile = facts.profile
+            plan = self._tagged(facts.plan, manifest, profile, "plan")
+            steps = plan_steps(request.mode, profile.table, query_id.stem)
+            if ledger is not None:  # only a load through a staging table
+                ledger.check(steps, plan)
+            rendered = render_insert(plan, source.credentials(), target=steps.staging)
         self._log_plan(plan, steps, rendered.redacted, profile)
         if request.dry_run:
             return dry_run_report(str(query_id), rendered.redacted, plan, steps, facts.changes,
@@ -182,8 +198,9 @@ class LoadRun:
         distributed = plan.strategy == "distributed"
         fan_out = profile.nodes if distributed or profile.table.is_distributed else []
         # resume
-        resume = self._resume(query_id, first_try, fan_out)
-        mark = self._durable_mark(hook, steps, query_id, first_try) if resume.action == "load" else None
+        with self._phase("resume"):
+            resume = self._resume(query_id, first_try, fan_out)
+            mark = self._durable_mark(hook, steps, query_id, first_try) if resume.action == "load" else None
         if mark is not None:
             resume = Resume(action="attach", query_ids=[mark.query_id], reason=(
                 f"earlier try {mark.query_id} filled the staging table (its mark on the server says so; "
@@ -194,24 +211,27 @@ class LoadRun:
         if ledger is not None and chunk is not None:  # an insert the ledger knows finished is not repeated
             attached_to = ledger.attach_to(resume, chunk) or attached_to
         # prepare + insert
-        if attached_to is None and self.options.defers:
-            inserter.start_deferred(rendered, query_id, steps, profile.nodes if distributed else [], fan_out, {
-                "objects": manifest.objects, "resume_reason": resume.reason, "plan": plan, "table": profile.table,
-                "distributed": distributed, "table_changes": facts.changes, "bucket": request.bucket,
-                "started_at": time.time() - (time.monotonic() - started)})
-        elif attached_to is None:
-            plan, rendered, attempts = inserter.within_cap(
-                plan, rendered, query_id, profile.nodes if distributed else [], steps, request, profile.cores,
-                tag=lambda p, name: self._tagged(p, manifest, profile, name))
+        with self._phase("insert"):
+            if attached_to is None and self.options.defers:
+                inserter.start_deferred(rendered, query_id, steps, profile.nodes if distributed else [], fan_out, {
+                    "objects": manifest.objects, "resume_reason": resume.reason, "plan": plan,
+                    "table": profile.table, "distributed": distributed, "table_changes": facts.changes,
+                    "bucket": request.bucket, "started_at": time.time() - (time.monotonic() - started),
+                    "phases_ms": {name: int(ms) for name, ms in self.phases.items()}})
+            elif attached_to is None:
+                plan, rendered, attempts = inserter.within_cap(
+                    plan, rendered, query_id, profile.nodes if distributed else [], steps, request, profile.cores,
+                    tag=lambda p, name: self._tagged(p, manifest, profile, name))
         # complete (this insert)
-        return self._complete_insert(
-            hook, Loaded(plan=plan, target=profile.table, steps=steps, table=facts.changes,
-                         resume_reason=resume.reason, attached_to=attached_to,
-                         sql=rendered.redacted, files=list(manifest.objects),
-                         chunk=chunk.number if chunk is not None else WHOLE_FILE, memory_attempts=attempts),
-            query_id=attached_to or str(query_id), fan_out=fan_out, distributed=distributed,
-            inserted_now=attached_to is None, ledger=ledger, chunk=chunk,
-            metrics=LoadMetrics.model_validate(mark.figures) if mark is not None else None)
+        with self._phase("complete"):
+            return self._complete_insert(
+                hook, Loaded(plan=plan, target=profile.table, steps=steps, table=facts.changes,
+                             resume_reason=resume.reason, attached_to=attached_to,
+                             sql=rendered.redacted, files=list(manifest.objects),
+                             chunk=chunk.number if chunk is not None else WHOLE_FILE, memory_attempts=attempts),
+                query_id=attached_to or str(query_id), fan_out=fan_out, distributed=distributed,
+                inserted_now=attached_to is None, ledger=ledger, chunk=chunk,
+                metrics=LoadMetrics.model_validate(mark.figures) if mark is not None else None)
 
     def _durable_mark(self, hook: ClickHouseHook, steps: LoadSteps, query_id: QueryId,
                       first_try: int) -> FilledMark | None:
@@ -281,13 +301,15 @@ class LoadRun:
                 self.inserter.abandon_if_idle(load.steps, load.query_id, load.insert_nodes)
                 raise error
             self.log.info("%s", message)
-            one = self._complete_insert(
-                hook, Loaded(plan=load.plan, target=load.table, steps=load.steps, table=load.table_changes,
-                             resume_reason=load.resume_reason, attached_to=None,
-                             sql=load.sql, files=load.objects),
-                query_id=load.query_id, fan_out=load.fan_out, distributed=load.distributed, inserted_now=False)
-            return self._complete(hook, [one], wall_ms=int((time.time() - load.started_at) * 1000), columns=None,
-                                  objects=load.objects)
+            self.phases.update(load.phases_ms)
+            with self._phase("complete"):
+                one = self._complete_insert(
+                    hook, Loaded(plan=load.plan, target=load.table, steps=load.steps, table=load.table_changes,
+                                 resume_reason=load.resume_reason, attached_to=None,
+                                 sql=load.sql, files=load.objects),
+                    query_id=load.query_id, fan_out=load.fan_out, distributed=load.distributed, inserted_now=False)
+            return self._complete(hook, [one], clock=lambda: int((time.time() - load.started_at) * 1000),
+                                  columns=None, objects=load.objects, rest="deferred")
         finally:
             hook.close()
 
@@ -339,14 +361,25 @@ class LoadRun:
         return finalize.partitions
 
     def _complete(
-        self, hook: ClickHouseHook, loads: list[Loaded], *, wall_ms: int, columns: list[Column] | None,
+        self, hook: ClickHouseHook, loads: list[Loaded], *, clock: Callable[[], int], columns: list[Column] | None,
         objects: list[S3Object] | None, ledger: dict[str, Any] | None = None, chunked: bool = False,
+        rest: str = "other",
     ) -> LoadReport:
-        """The load's end, whatever its kind: the lineage facts, the report and its log line."""
+        """The load's end, whatever its kind: the lineage facts, the report and its log lines.
+
+        :param clock: the milliseconds since the try started (``wall_ms``).
+        :param rest: what the time outside the measured phases is: ``other`` (clients, logging), or for a
+            deferred load ``deferred`` (the triggerer followed the insert).
+        """
         metrics = combine_chunks([one.metrics for one in loads if one.metrics is not None])
         moved = sorted({p for one in loads for p in one.partitions})
-        self._keep_lineage(hook, loads, metrics, moved, columns, objects)
-        report = build_report(loads, metrics, moved, wall_ms=wall_ms, ledger=ledger, chunked=chunked)
+        with self._phase("lineage"):
+            self._keep_lineage(hook, loads, metrics, moved, columns, objects)
+        wall_ms = clock()
+        phases = {name: int(ms) for name, ms in self.phases.items()}
+        phases[rest] = max(0, wall_ms - sum(phases.values()))
+        report = build_report(loads, metrics, moved, wall_ms=wall_ms, ledger=ledger, chunked=chunked,
+                              phases_ms=phases)
         attached, steps = report.attached_to, loads[-1].steps
         self.log.info("%s %d rows (%s) in %d ms%s%s: %.0f rows/s, peak memory %s; %s",
                       f"Took the figures of earlier try {attached}:" if isinstance(attached, str) else "Loaded",
@@ -356,6 +389,7 @@ class LoadRun:
                       if metrics.admission_wait_ms else "", metrics.rows_per_second,
                       fmt_bytes(metrics.memory_usage),
                       f"{steps.mode} of partitions {', '.join(moved)}" if moved else steps.mode)
+        self.log.info("Time: %d ms in all: %s", wall_ms, ", ".join(f"{name} {ms} ms" for name, ms in phases.items()))
         return report
 
     def _keep_lineage(self, hook: ClickHouseHook, loads: list[Loaded], metrics: LoadMetrics, moved: list[str],
@@ -421,3 +455,8 @@ class LoadRun:
         log.info("SQL: %s", sql_summary(redacted_sql))
         log.debug("SQL in full: %s", redacted_sql)
         log.info("Mode %s: %s", steps.mode, steps.reason)
+
+
+def _ms_since(started: float) -> Callable[[], int]:
+    """A clock of the milliseconds since ``started`` (``time.monotonic()``)."""
+    return lambda: int((time.monotonic() - started) * 1000)

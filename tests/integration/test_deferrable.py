@@ -198,6 +198,15 @@ def test_a_deferrable_load_returns_the_figures_of_a_load_that_did_not_defer(
     logged = "".join(capfd.readouterr())
     assert f"{deferred['query_id']} runs: " in logged and "rows read" in logged and "written so far" in logged
     assert "Deferring: the triggerer follows query" in logged
+    # Where the time went: the phases before the insert, then (deferred) from its start until the task resumed,
+    # the completion; in all wall_ms.
+    phases = {"s3", "target", "resume", "complete", "lineage"}
+    assert set(deferred["phases_ms"]) == {*phases, "deferred"}
+    assert set(normal["phases_ms"]) == {*phases, "insert", "other"}
+    for result in (deferred, normal):
+        assert all(ms >= 0 for ms in result["phases_ms"].values())
+        assert sum(result["phases_ms"].values()) == result["wall_ms"], result["phases_ms"]
+    assert f"Time: {normal['wall_ms']} ms in all: s3 " in logged
 
 
 def test_a_retry_waits_for_the_earlier_try_in_the_trigger_then_takes_its_figures(
