@@ -13,7 +13,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
+from airflow_provider_s3ch.compat import AIRFLOW
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.cli import read_xcom
 from airflow_provider_s3ch.local.sample import posts_ddl, write_posts
@@ -81,14 +83,16 @@ def test_a_deferrable_load_defers_while_the_server_runs_it_and_returns_a_normal_
     query_id = deferred["query_id"]
 
     # The task deferred once the server ran the insert; the trigger followed it; the task resumed.
+    # Airflow 3.1's `dags test` runs the trigger in line but prints neither the trigger's log lines nor the task's
+    # once it resumes: there the XComs and the query log below show what they did.
+    quiet = Version("3.1") <= AIRFLOW < Version("3.2")
     steps = [
         f"The server at 127.0.0.1:{stack.nodes[0].http_port} runs query {query_id} (started over HTTP)",
         f"Deferring: the triggerer follows query {query_id}",
         "[DAG TEST] running trigger in line",
-        f"{query_id} runs: ",
-        f"{query_id} finished: {ROWS} rows written (after",
+        *([] if quiet else [f"{query_id} runs: ", f"{query_id} finished: {ROWS} rows written (after"]),
         "[DAG TEST] Trigger completed",
-        f"Loaded {ROWS} rows",
+        *([] if quiet else [f"Loaded {ROWS} rows"]),
     ]
     at = 0
     for step in steps:
