@@ -224,6 +224,7 @@ def print_figures(result: dict[str, Any] | None, rows_in_table: int, sample_rows
         "rows_per_second",
         "memory_usage",
         "wall_ms",
+        "phases_ms",
         "workload",
         "admission_wait_ms",
         "run_ms",
