@@ -22,15 +22,17 @@ $(STAMP): setup.cfg pyproject.toml $(CONSTRAINTS)
 
 $(CONSTRAINTS):
 	@echo "no constraints for Airflow $(AIRFLOW_VERSION) on Python $(PY_VERSION) ($(CONSTRAINTS)): the tested sets" \
-	  "are in constraints/. To add one: make venv AIRFLOW_VERSION=$(AIRFLOW_VERSION) CONSTRAINTS=/dev/null," \
-	  "make test (same arguments), then make constraints AIRFLOW_VERSION=$(AIRFLOW_VERSION)" >&2
+	  "are in constraints/. To add one (docs/airflow-versions.md): make venv AIRFLOW_VERSION=$(AIRFLOW_VERSION)" \
+	  "CONSTRAINTS=<Airflow's release-day set>, make test (same arguments), then make constraints" \
+	  "AIRFLOW_VERSION=$(AIRFLOW_VERSION)" >&2
 	@exit 1
 
 ## constraints: freeze the venv (after it passed make test, and make docs for the docs' packages) as the constraints
 ## of its Airflow and Python versions
 constraints:
 	{ echo "# Constraints for make venv: Apache Airflow $(AIRFLOW_VERSION) on Python $(PY_VERSION), frozen from a venv that passed make test"; \
-	  echo "# (regenerate with: make constraints AIRFLOW_VERSION=$(AIRFLOW_VERSION), from a venv that passed)."; \
+	  echo "# or make airflow-check; Airflow's own dependencies as on its release day (docs/airflow-versions.md)."; \
+	  echo "# Regenerate with: make constraints AIRFLOW_VERSION=$(AIRFLOW_VERSION), from a venv that passed."; \
 	  $(PY) -m pip freeze --exclude-editable --disable-pip-version-check | grep -v '^airflow-provider-s3ch'; } > $(CONSTRAINTS).new
 	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
