@@ -18,6 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_
 from airflow_provider_s3ch.load.insert import Inserter, run_steps
 from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.load.report import DeferLoad, Loaded, LoadReport, NothingNew, build_report, dry_run_report
-from airflow_provider_s3ch.load.target import prepare_target
+from airflow_provider_s3ch.load.target import prepare_target, read_profile
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class LoadRun:
         self._columns: list[Column] | None = None
         #: Milliseconds spent in each phase of this process's part of the load (the XCom's ``phases_ms``).
         self.phases: dict[str, float] = {}
+        #: The profile read beside the listing, until the first insert's ``target`` phase takes it.
+        self._profile: ServerProfile | None = None
 
     @contextlib.contextmanager
     def _phase(self, name: str) -> Iterator[None]:
@@ -110,21 +113,31 @@ class LoadRun:
         started = time.monotonic()
         request = self.request
         source = S3Source(self.options.aws_conn_id)
-        try:
-            with self._phase("s3"):
-                manifest = build_manifest(source.client(), request)
-        except NothingMatchedError as exc:
-            if request.skip_when_empty and not request.dry_run:
-                raise NothingNew(f"{exc.args[0].split(';')[0]}: skipped (skip_when_empty=True)") from exc
-            raise
-        self.log.info("Manifest: %d files, %s, format %s, compression %s, bucket region %s",
-                      manifest.file_count, fmt_bytes(manifest.total_bytes), manifest.format, manifest.compression,
-                      manifest.region)
+        credentials = source.credentials()  # the connection and the session here; the secrets masker told
+        # The S3 client (botocore builds its service model: the costliest step) and the listing run in a thread
+        # while this one reads the server's profile; S3's errors still come first.
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3ch-listing")
+        listing = pool.submit(lambda: build_manifest(source.client(), request))
+        pool.shutdown(wait=False)
         hook = ClickHouseHook(self.options.clickhouse_conn_id)
-        self.inserter = Inserter(hook, source.credentials(), self.log)
+        self.inserter = Inserter(hook, credentials, self.log)
         ledger = None
         loads: list[Loaded] = []
         try:
+            with self._phase("target"):
+                early = self._early_profile(hook)
+            try:
+                with self._phase("s3"):
+                    manifest = listing.result()
+            except NothingMatchedError as exc:
+                if request.skip_when_empty and not request.dry_run:
+                    raise NothingNew(f"{exc.args[0].split(';')[0]}: skipped (skip_when_empty=True)") from exc
+                raise
+            if isinstance(early, BaseException):
+                raise early
+            self.log.info("Manifest: %d files, %s, format %s, compression %s, bucket region %s",
+                          manifest.file_count, fmt_bytes(manifest.total_bytes), manifest.format,
+                          manifest.compression, manifest.region)
             table = request.table.model_copy(update={"database": request.table.database or hook.database})
             self._key = history_key(f"{table.database}.{table.name}", request.bucket, request.key_pattern,
                                     request.format or manifest.format)
@@ -182,7 +195,8 @@ class LoadRun:
         assert inserter is not None
         # target
         with self._phase("target"):
-            facts = prepare_target(hook, source.credentials(), request, manifest, url,
+            profile, self._profile = self._profile, None  # the one read beside the listing, for the first insert
+            facts = prepare_target(hook, source.credentials(), request, manifest, url, profile=profile,
                                    spec=self.options.table_spec, learned=self._learned, log=self.log)
             self._columns = facts.columns
             profile = facts.profile
@@ -245,6 +259,15 @@ class LoadRun:
         if mark is None or not first_try <= mark.try_number < query_id.try_number:
             return None
         return mark
+
+    def _early_profile(self, hook: ClickHouseHook) -> ServerProfile | Exception:
+        """The server's profile and the target's facts, read while the listing runs (kept for the first
+        insert's ``target`` phase); the error, to raise once the listing's errors had their turn."""
+        try:
+            self._profile = read_profile(hook, self.request, self.options.table_spec)
+        except Exception as exc:  # noqa: BLE001 - raised after the listing's own errors
+            return exc
+        return self._profile
 
     # ------------------------------------------------------------------ resume
     def _resume(self, query_id: QueryId, first_try: int, nodes: Sequence[ClusterNode]) -> Resume:

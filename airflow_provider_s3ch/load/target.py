@@ -50,16 +50,25 @@ class TargetFacts:
     columns: list[Column] | None
 
 
-def prepare_target(
-    hook: ClickHouseHook, credentials: S3Credentials | None, request: LoadRequest, manifest: Manifest, url: str, *,
-    spec: TableSpec | None, learned: Learned | None, log: logging.Logger,
-) -> TargetFacts:
-    """Create, evolve and check the target; plan the load against it. A dry run changes nothing: it plans
-    against the table as it would be."""
+def read_profile(hook: ClickHouseHook, request: LoadRequest, spec: TableSpec | None) -> ServerProfile:
+    """The server's profile and the target's facts (the table the load would create, when it is missing)."""
     target = request.table.model_copy(update={"database": request.table.database or hook.database})
     missing = None if spec is None else planned_table(
         target, spec, distributed=request.strategy == "distributed", cluster=request.cluster or hook.cluster)
-    profile = get_profile(hook, request.table, cluster=request.cluster, missing=missing, workload=request.workload)
+    return get_profile(hook, request.table, cluster=request.cluster, missing=missing, workload=request.workload)
+
+
+def prepare_target(
+    hook: ClickHouseHook, credentials: S3Credentials | None, request: LoadRequest, manifest: Manifest, url: str, *,
+    spec: TableSpec | None, learned: Learned | None, log: logging.Logger, profile: ServerProfile | None = None,
+) -> TargetFacts:
+    """Create, evolve and check the target; plan the load against it. A dry run changes nothing: it plans
+    against the table as it would be.
+
+    :param profile: the profile as :func:`read_profile` read it just before; None reads it here.
+    """
+    target = request.table.model_copy(update={"database": request.table.database or hook.database})
+    profile = profile if profile is not None else read_profile(hook, request, spec)
     plan = make_plan(request, manifest, profile, source_url=url, learned=learned)
 
     def keeper() -> bool:  # read only when DDL is made (creating the table, adding columns)

@@ -206,7 +206,7 @@ def test_a_deferrable_load_returns_the_figures_of_a_load_that_did_not_defer(
     for result in (deferred, normal):
         assert all(ms >= 0 for ms in result["phases_ms"].values())
         assert sum(result["phases_ms"].values()) == result["wall_ms"], result["phases_ms"]
-    assert f"Time: {normal['wall_ms']} ms in all: s3 " in logged
+    assert f"Time: {normal['wall_ms']} ms in all: target " in logged
 
 
 def test_a_retry_waits_for_the_earlier_try_in_the_trigger_then_takes_its_figures(
