@@ -80,6 +80,18 @@ def test_bucket_missing(stack, guarded) -> None:
     assert "s3ch-nope" in str(exc)
 
 
+@pytest.mark.parametrize("skip_when_empty", [False, True])
+def test_the_listing_speaks_first_when_the_target_is_wrong_too(stack, posts, guarded, skip_when_empty) -> None:
+    """The listing runs beside the server's reads: when both go wrong, S3's answer is the one raised (or the
+    skip), as when the listing ran alone before anything reached the server."""
+    _fails(stack, guarded, BucketError, "does not exist", s3_uri="s3://s3ch-nope/x/*.parquet",
+           table="default.no_such_table")
+    op = S3ToClickHouseOperator(task_id="early", s3_uri=f"s3://{posts.bucket}/{posts.prefix}2031-*.parquet",
+                                table="default.no_such_table", skip_when_empty=skip_when_empty)
+    with pytest.raises(AirflowSkipException if skip_when_empty else NoObjectsError, match="no object"):
+        op.execute(fake_context("early"))
+
+
 def test_mixed_formats(stack, posts, guarded) -> None:
     stack.s3_client().put_object(Bucket=posts.bucket, Key="mixed/a.parquet", Body=b"PAR1")
     stack.s3_client().put_object(Bucket=posts.bucket, Key="mixed/b.csv", Body=b"id\n1\n")
