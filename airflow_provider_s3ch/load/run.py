@@ -213,13 +213,7 @@ class LoadRun:
         fan_out = profile.nodes if distributed or profile.table.is_distributed else []
         # resume
         with self._phase("resume"):
-            resume = self._resume(query_id, first_try, fan_out)
-            mark = self._durable_mark(hook, steps, query_id, first_try) if resume.action == "load" else None
-        if mark is not None:
-            resume = Resume(action="attach", query_ids=[mark.query_id], reason=(
-                f"earlier try {mark.query_id} filled the staging table (its mark on the server says so; "
-                "system.query_log no longer lists it): bringing its rows in, not inserting again"))
-            self.log.info("Try %d: %s", query_id.try_number, resume.reason)
+            resume, mark = self._resume(query_id, first_try, fan_out, hook, steps)
         attached_to = resume.query_ids[0] if resume.action == "attach" else None
         attempts: list[dict[str, Any]] = []
         if ledger is not None and chunk is not None:  # an insert the ledger knows finished is not repeated
@@ -270,21 +264,29 @@ class LoadRun:
         return self._profile
 
     # ------------------------------------------------------------------ resume
-    def _resume(self, query_id: QueryId, first_try: int, nodes: Sequence[ClusterNode]) -> Resume:
-        """Find the earlier tries' queries; wait for running ones; decide load or attach. Try 1 has no
-        earlier try (a cleared task instance goes on with the next try number): nothing to read."""
+    def _resume(self, query_id: QueryId, first_try: int, nodes: Sequence[ClusterNode], hook: ClickHouseHook,
+                steps: LoadSteps) -> tuple[Resume, FilledMark | None]:
+        """Find the earlier tries' queries; wait for running ones; decide load or attach: to a finished try in
+        ``system.query_log``, else to one whose mark the staging table carries (with the mark, whose figures
+        stand in for the log's). Try 1 has no earlier try (a cleared task instance goes on with the next try
+        number): nothing to read."""
         inserter = self.inserter
         assert inserter is not None
         if query_id.try_number <= 1:
             resume = Resume(action="load", reason="the first try: no earlier try of this task instance ran a load")
             self.log.info("Try %d: %s", query_id.try_number, resume.reason)
-            return resume
+            return resume, None
         timeout = self.options.earlier_try_timeout
         while True:
             resume = decide_resume(inserter.queries.earlier_tries(query_id, nodes), query_id.try_number, first_try)
             if resume.action != "wait":
+                mark = self._durable_mark(hook, steps, query_id, first_try) if resume.action == "load" else None
+                if mark is not None:
+                    resume = Resume(action="attach", query_ids=[mark.query_id], reason=(
+                        f"earlier try {mark.query_id} filled the staging table (its mark on the server says so; "
+                        "system.query_log no longer lists it): bringing its rows in, not inserting again"))
                 self.log.info("Try %d: %s", query_id.try_number, resume.reason)
-                return resume
+                return resume, mark
             self.log.info("%s: waiting for it (up to %.0f s)", resume.reason, timeout)
             if self.options.defers:  # the triggerer waits; the task then looks again
                 raise DeferLoad(kind="wait", query_ids=list(resume.query_ids),

@@ -108,7 +108,8 @@ def _execute(op: S3ToClickHouseOperator, context: dict[str, Any]) -> dict[str, A
 @pytest.mark.parametrize("path", ["sync", "deferred"])
 @pytest.mark.parametrize(("mode", "last_step"), [("append", "MOVE PARTITION"), ("overwrite", "EXCHANGE TABLES")])
 def test_a_retry_after_a_server_restart_finishes_the_load_without_loading_again(
-    rx: Rx, monkeypatch: pytest.MonkeyPatch, env_conn: Any, mode: str, last_step: str, path: str
+    rx: Rx, monkeypatch: pytest.MonkeyPatch, env_conn: Any, capfd: pytest.CaptureFixture[str], mode: str,
+    last_step: str, path: str,
 ) -> None:
     stack = rx.stack
     env_conn(HTTP_CONN, stack.clickhouse_connection(0, http_port=stack.nodes[0].http_port))
@@ -135,7 +136,11 @@ def test_a_retry_after_a_server_restart_finishes_the_load_without_loading_again(
     stack.restart_node(0)
     assert outcome(stack, try1) is None, "the restarted server still lists try 1: nothing is tested"
 
+    capfd.readouterr()
     result = _execute(_operator(rx, table, mode, path == "deferred"), fake_context("load", 2, run_id))
+    logged = "".join(capfd.readouterr())
+    assert f"Try 2: earlier try {try1} filled the staging table" in logged
+    assert "Try 2: no earlier try" not in logged  # one decision, logged once
     assert fingerprint(stack, table) == rx.clean
     assert partition_counts(stack, table) == rx.clean_parts
     assert result["attached_to"] == try1 and result["written_rows"] == ROWS
