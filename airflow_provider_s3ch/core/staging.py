@@ -149,8 +149,9 @@ def finalize_statements(
         if "drop_staging" not in todo:
             restore = [Step(render_set_comment(target, ""), "")] if "restore_comment" in todo else []
             return FinalizePlan(steps=restore, done_before=True)
-        out = _marking(staging, staging_comment, mark) if "exchange" in todo else []  # the staging table holds it
-        if "exchange" in todo:
+        out: list[Step] = []
+        if "exchange" in todo:  # the staging table still holds the load: marked, then swapped in
+            out += _marking(staging, staging_comment, mark)
             out.append(Step(render_exchange(target, staging), f"Exchanged {target} and {staging}"))
             # The old table, now under the staging name, carries the target's comment from before the swap.
             old_comment, partitions = target_comment, staging_partitions

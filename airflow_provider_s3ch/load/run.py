@@ -244,8 +244,8 @@ class LoadRun:
     def _durable_mark(self, hook: ClickHouseHook, steps: LoadSteps, query_id: QueryId,
                       first_try: int) -> FilledMark | None:
         """A retry's second witness: the mark an earlier try of this series left on its staging table (on the
-        target, after an ``overwrite`` swap) once its insert finished. Try 1 has none to look for."""
-        if steps.staging is None or query_id.try_number <= 1:
+        target, after an ``overwrite`` swap) once its insert finished."""
+        if steps.staging is None:
             return None
         mark = FilledMark.read(table_comment(hook, steps.staging), steps.stem or "")
         if mark is None and steps.finalize == "exchange":
