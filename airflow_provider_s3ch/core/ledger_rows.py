@@ -69,6 +69,8 @@ class LedgerRow(BaseModel):
     #: ``_block_number`` of the row's latest version: the order in which claims became visible.
     block: int = 0
     version: int = 0
+    #: ``pending`` and ``loaded``: the partition ids the file's insert wrote (empty: not recorded).
+    partitions: tuple[str, ...] = ()
 
     @property
     def file(self) -> FileVersion:

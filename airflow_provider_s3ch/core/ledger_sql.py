@@ -4,7 +4,7 @@ write takes. Pure: no I/O. The rows and what they mean are :mod:`airflow_provide
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, State
 from airflow_provider_s3ch.core.models import S3Object, TableRef
@@ -32,6 +32,7 @@ def render_create_ledger(ledger: TableRef) -> str:
     `query_id` String COMMENT 'the try that wrote the row; pending and loaded: the insert that read the file',
     `state` Enum8('claimed' = 1, 'pending' = 2, 'loaded' = 3, 'released' = 4),
     `rows` Nullable(UInt64) COMMENT 'rows the file gave, where known',
+    `partitions` Array(String) DEFAULT [] COMMENT 'pending and loaded: the partition ids its insert wrote',
     `claimed_at` DateTime64(6, 'UTC') DEFAULT now64(6) COMMENT 'when the load claimed the file',
     `updated_at` DateTime64(6, 'UTC') DEFAULT now64(6) COMMENT 'when this state was written',
     `version` UInt64 DEFAULT toUnixTimestamp64Nano(now64(9)) COMMENT 'the latest version of a row is its state'
@@ -40,6 +41,16 @@ ENGINE = ReplacingMergeTree(version)
 ORDER BY (`table`, `bucket`, `key`, `etag`, `chunk`, `load_id`)
 SETTINGS enable_block_number_column = 1
 COMMENT 's3ch file ledger: one row per file version, chunk and load (docs/ledger.md)'"""
+
+
+#: The column a ledger created before partitions were kept gets (its rows read as "any partition").
+PARTITIONS_COLUMN = "partitions"
+
+
+def render_add_partitions(ledger: TableRef) -> str:
+    """``ALTER TABLE … ADD COLUMN IF NOT EXISTS partitions``: a ledger from before partitions were kept."""
+    return (f"ALTER TABLE {render_table(ledger)} ADD COLUMN IF NOT EXISTS `partitions` Array(String) DEFAULT [] "
+            "COMMENT 'pending and loaded: the partition ids its insert wrote' AFTER `rows`")
 
 
 def ledger_engine_problem(engine: str, engine_full: str) -> str | None:
@@ -57,7 +68,7 @@ def ledger_engine_problem(engine: str, engine_full: str) -> str | None:
 
 #: The columns a state row is written with (``claimed_at`` too for a state after a claim).
 WRITE_COLUMNS = ("table", "bucket", "key", "etag", "size", "last_modified", "chunk", "load_id", "query_id", "state",
-                 "rows")
+                 "rows", "partitions")
 
 
 def render_write(ledger: TableRef, *, with_claimed_at: bool) -> str:
@@ -70,7 +81,7 @@ def render_write(ledger: TableRef, *, with_claimed_at: bool) -> str:
     return f"INSERT INTO {render_table(ledger)} ({', '.join(quote_identifier(c) for c in columns)}) VALUES"
 
 
-def render_read(ledger: TableRef, files_table: str) -> str:
+def render_read(ledger: TableRef, files_table: str, *, partitions: bool = True) -> str:
     """The latest version of every row of the target and bucket whose key is in the external table
     ``files_table`` (one ``key String`` column), or whose load is ``%(own)s``; with the claim's age by the
     server's clock and the latest version's block number (the columns of :data:`READ_FIELDS`). Parameters:
@@ -78,12 +89,14 @@ def render_read(ledger: TableRef, files_table: str) -> str:
 
     :param ledger: the ledger table.
     :param files_table: the name of the external table of keys sent with the query.
+    :param partitions: the table has the ``partitions`` column (a ledger from before it reads none).
     """
     return (
         "SELECT key, etag, chunk, load_id, argMax(query_id, version), toString(argMax(state, version)), "
         "argMax(size, version), argMax(last_modified, version), argMax(rows, version), "
         "argMax(claimed_at, version), dateDiff('microsecond', argMax(claimed_at, version), now64(6)) / 1e6, "
-        "argMax(_block_number, version), max(version) "
+        "argMax(_block_number, version), max(version), "
+        f"{'argMax(partitions, version)' if partitions else 'CAST([] AS Array(String))'} "
         f"FROM {render_table(ledger)} "
         f"WHERE `table` = %(t)s AND bucket = %(b)s AND (key IN (SELECT key FROM {quote_identifier(files_table)}) "
         "OR load_id = %(own)s) "
@@ -93,12 +106,33 @@ def render_read(ledger: TableRef, files_table: str) -> str:
 
 #: The fields of :class:`LedgerRow`, in the order :func:`render_read` selects them.
 READ_FIELDS = ("key", "etag", "chunk", "load_id", "query_id", "state", "size", "last_modified", "rows", "claimed_at",
-               "age_s", "block", "version")
+               "age_s", "block", "version", "partitions")
+
+
+def render_read_partitions(ledger: TableRef) -> str:
+    """The latest version of every ``loaded`` or ``pending`` row of the target's loads, in any bucket,
+    recorded in one of the partitions ``%(p)s`` or with none recorded, this load's own included (the fields
+    of :class:`~airflow_provider_s3ch.core.ledger_rebuild.EarlierRow`, :data:`REBUILD_FIELDS`). Parameters:
+    ``t``, ``p``.
+
+    :param ledger: the ledger table.
+    """
+    return (
+        "SELECT bucket, key, etag, chunk, load_id, toString(argMax(state, version)) AS s, "
+        "argMax(partitions, version) AS ps, max(version), argMax(_block_number, version) "
+        f"FROM {render_table(ledger)} WHERE `table` = %(t)s "
+        "GROUP BY bucket, key, etag, chunk, load_id "
+        "HAVING s IN ('loaded', 'pending') AND (empty(ps) OR hasAny(ps, %(p)s))"
+    )
+
+
+#: The columns :func:`render_read_partitions` selects (``chunk`` and ``load_id`` make the row's unit).
+REBUILD_FIELDS = ("bucket", "key", "etag", "chunk", "load_id", "state", "partitions", "version", "block")
 
 
 def state_rows(
     target: str, bucket: str, files: Iterable[S3Object | LedgerRow], *, load_id: str, query_id: str, state: State,
-    rows: int | None = None, chunk_of: Mapping[str, int] | None = None,
+    rows: int | None = None, chunk_of: Mapping[str, int] | None = None, partitions: Sequence[str] | None = None,
 ) -> list[tuple[object, ...]]:
     """The driver's rows for :func:`render_write`: one per file, in ``state``; ``claimed_at`` appended
     (from the ledger row) when ``files`` are rows.
@@ -111,14 +145,16 @@ def state_rows(
     :param state: the state to write.
     :param rows: rows the file gave, where known.
     :param chunk_of: the chunk of each object's key (:data:`WHOLE_FILE` for a key it does not name).
+    :param partitions: the partition ids the files' insert wrote (None: a row's recorded ones, or none).
     """
     out: list[tuple[object, ...]] = []
     chunk_of = chunk_of or {}
     for f in files:
         if isinstance(f, LedgerRow):
             out.append((target, bucket, f.key, f.etag, f.size, f.last_modified, f.chunk, load_id, query_id, state,
-                        rows if rows is not None else f.rows, f.claimed_at))
+                        rows if rows is not None else f.rows,
+                        list(partitions if partitions is not None else f.partitions), f.claimed_at))
         else:
             out.append((target, bucket, f.key, f.etag or "", f.size, f.last_modified,
-                        chunk_of.get(f.key, WHOLE_FILE), load_id, query_id, state, rows))
+                        chunk_of.get(f.key, WHOLE_FILE), load_id, query_id, state, rows, list(partitions or ())))
     return out

@@ -403,6 +403,19 @@ def render_replace_partition(target: TableRef, staging: TableRef, partition_id: 
     )
 
 
+def render_attach_partition(table: TableRef, source: TableRef, partition_id: str) -> str:
+    """``ALTER TABLE table ATTACH PARTITION ID 'p' FROM source``: adds the source's copy of the partition."""
+    return (
+        f"ALTER TABLE {render_table(table)} ATTACH PARTITION ID {quote_literal(partition_id)} "
+        f"FROM {render_table(source)}"
+    )
+
+
+def render_drop_partition(table: TableRef, partition_id: str) -> str:
+    """``ALTER TABLE table DROP PARTITION ID 'p'`` (a partition with no part: nothing to do)."""
+    return f"ALTER TABLE {render_table(table)} DROP PARTITION ID {quote_literal(partition_id)}"
+
+
 def render_exchange(a: TableRef, b: TableRef) -> str:
     """``EXCHANGE TABLES a AND b``: atomic swap of two tables' names (Atomic databases).
 

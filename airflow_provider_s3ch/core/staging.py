@@ -16,6 +16,7 @@ from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.recovery import STAGING_MARKER, FilledMark, LoadSteps, is_marker
 from airflow_provider_s3ch.core.sql import (
     render_create_staging,
+    render_drop_partition,
     render_drop_table,
     render_exchange,
     render_move_partition,
@@ -63,6 +64,17 @@ class FinalizePlan(BaseModel):
     steps: list[Step] = Field(default_factory=list)
     partitions: list[str] = Field(default_factory=list, description="the partitions the load brought in")
     done_before: bool = Field(False, description="an earlier try finished this load: nothing is left to do")
+
+
+class RebuildSource(BaseModel):
+    """``replace_partitions`` with the ledger: the table the touched partitions are replaced from, rebuilt from
+    the new files and the earlier ones (:mod:`airflow_provider_s3ch.load.rebuild`)."""
+
+    table: TableRef
+    #: (partition_id, partition) of the touched partitions the rebuild table holds.
+    present: list[tuple[str, str]] = Field(default_factory=list)
+    #: Touched partition ids with no row left (a reloaded file's old version's alone): dropped in the target.
+    drop: list[str] = Field(default_factory=list)
 
 
 def _own_comment(old_comment: str | None) -> str:
@@ -123,6 +135,7 @@ def finalize_statements(
     staging_partitions: Sequence[tuple[str, str]],
     target_partitions: Sequence[tuple[str, str]] = (),
     mark: FilledMark | None = None,
+    rebuild: RebuildSource | None = None,
 ) -> FinalizePlan:
     """What brings the staging table's rows into the target; idempotent, so a retry can resume it.
 
@@ -141,6 +154,7 @@ def finalize_statements(
     :param mark: the finished insert's mark (:class:`FilledMark`), written onto the staging table before the
         first partition leaves it, unless it carries one already: a retry then knows the insert finished
         without ``system.query_log``.
+    :param rebuild: ``replace`` from this rebuilt table instead of the staging table (dropped before it).
     """
     staging, target = _staging(steps), steps.target
     if steps.finalize == "exchange":
@@ -163,6 +177,14 @@ def finalize_statements(
         return FinalizePlan(steps=out, partitions=[value for _, value in partitions])
     if staging_comment is None:
         return FinalizePlan(done_before=True)
+    if rebuild is not None and steps.finalize == "replace":
+        out = _marking(staging, staging_comment, mark)
+        out += [Step(render_replace_partition(target, rebuild.table, pid), f"Replaced partition {value} (rebuilt)")
+                for pid, value in rebuild.present]
+        out += [Step(render_drop_partition(target, pid), f"Dropped partition id {pid}: no file holds its rows now")
+                for pid in rebuild.drop]
+        out += [Step(render_drop_table(rebuild.table), ""), Step(render_drop_table(staging), "")]
+        return FinalizePlan(steps=out, partitions=[value for _, value in rebuild.present])
     out = _marking(staging, staging_comment, mark) if staging_partitions else []
     for partition_id, value in staging_partitions:
         if steps.finalize == "move":

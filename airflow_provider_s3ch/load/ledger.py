@@ -28,13 +28,18 @@ from airflow_provider_s3ch.core.ledger import (
     select_files,
     summary,
 )
+from airflow_provider_s3ch.core.ledger_rebuild import EarlierRow
 from airflow_provider_s3ch.core.ledger_request import check_steps, ledger_ref, target_name
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, LoadFacts, State, load_of, unit_id
 from airflow_provider_s3ch.core.ledger_sql import (
+    PARTITIONS_COLUMN,
     READ_FIELDS,
+    REBUILD_FIELDS,
     ledger_engine_problem,
+    render_add_partitions,
     render_create_ledger,
     render_read,
+    render_read_partitions,
     render_write,
     state_rows,
 )
@@ -50,7 +55,10 @@ FILES_TABLE = "_s3ch_files"
 #: Settings of the ledger's writes: every state row is stored and visible when the INSERT returns.
 WRITE_SETTINGS = {"insert_deduplicate": 0, "async_insert": 0}
 
-_LEDGER_TABLE_SQL = "SELECT engine, engine_full FROM system.tables WHERE database = %(d)s AND name = %(t)s"
+_LEDGER_TABLE_SQL = (
+    "SELECT engine, engine_full, (SELECT count() FROM system.columns WHERE database = %(d)s AND table = %(t)s "
+    f"AND name = '{PARTITIONS_COLUMN}') FROM system.tables WHERE database = %(d)s AND name = %(t)s"
+)
 
 
 class LedgerRun:
@@ -88,6 +96,10 @@ class LedgerRun:
         self.recovered: list[LedgerRow] = []
         #: This load wrote or holds claims (released again when it fails having left nothing behind).
         self.holding = False
+        #: The ledger table has the ``partitions`` column (one created before it had it gets it on a load).
+        self.has_partitions = True
+        #: The partition ids this load's rows record, by key (a retry whose staging table is gone keeps them).
+        self._recorded: dict[str, tuple[str, ...]] = {}
 
     # ------------------------------------------------------------------ the table
     def exists(self) -> bool:
@@ -95,6 +107,7 @@ class LedgerRun:
         rows = self.hook.execute(_LEDGER_TABLE_SQL, {"d": self.ledger.database, "t": self.ledger.name})
         if not rows:
             return False
+        self.has_partitions = bool(rows[0][2])
         problem = ledger_engine_problem(str(rows[0][0]), str(rows[0][1]))
         if problem:
             raise PlanError(
@@ -109,17 +122,47 @@ class LedgerRun:
             self.hook.execute(render_create_ledger(self.ledger))
             self.log.info("Created the file ledger %s", self.ledger)
             self.exists()
+        elif not self.has_partitions:  # a ledger from before partitions were kept: its rows mean "any partition"
+            self.hook.execute(render_add_partitions(self.ledger))
+            self.has_partitions = True
+            self.log.info("File ledger %s: added the partitions column", self.ledger)
 
     # ------------------------------------------------------------------ reads
     def read(self, keys: Iterable[str]) -> list[LedgerRow]:
         """The latest version of the target's rows for ``keys`` in the bucket, and of this load's rows."""
         data = self.hook.execute(
-            render_read(self.ledger, FILES_TABLE),
+            render_read(self.ledger, FILES_TABLE, partitions=self.has_partitions),
             {"t": self.target, "b": self.bucket, "own": self.own},
             external_tables=[{"name": FILES_TABLE, "structure": [("key", "String")],
                               "data": [{"key": k} for k in dict.fromkeys(keys)]}],
         )
         return [LedgerRow.model_validate(dict(zip(READ_FIELDS, row, strict=True))) for row in data]
+
+    def earlier(self, partitions: Sequence[str], *, own_unit: str | None = None) -> tuple[Any, ...]:
+        """The latest ``loaded`` and ``pending`` rows of the target's other loads recorded in ``partitions``
+        (or in none), and the units among them whose staging table exists; with ``own_unit``, also the
+        smallest block number of that unit's ``pending`` rows (:mod:`~airflow_provider_s3ch.load.rebuild`)."""
+        data = self.hook.execute(render_read_partitions(self.ledger),
+                                 {"t": self.target, "p": list(partitions)})
+        rows = [EarlierRow.model_validate({**dict(zip(REBUILD_FIELDS, r, strict=True)), "unit": unit_id(r[4], r[3])})
+                for r in data]
+        own = [r for r in rows if r.load_id == self.own]
+        others = [r for r in rows if r.load_id != self.own]
+        pending = [r for r in others if r.state == "pending"]
+        in_flight = self.facts(pending).staging if pending else frozenset()  # type: ignore[arg-type]
+        if own_unit is None:
+            return others, in_flight
+        blocks = [r.block for r in own if r.unit == own_unit and r.state == "pending"]
+        return others, in_flight, min(blocks, default=0)
+
+    def listed(self) -> list[S3Object]:
+        """The whole listing's objects (what the glob matched)."""
+        return list(self._manifest.objects) if self._manifest is not None else []
+
+    @property
+    def url(self) -> str:
+        """The URL of the whole glob."""
+        return self._url
 
     def facts(self, rows: Sequence[LedgerRow]) -> LoadFacts:
         """Which staging tables exist (of the load or of its chunks) and whose query runs, for this load and
@@ -144,7 +187,7 @@ class LedgerRun:
 
     # ------------------------------------------------------------------ writes
     def write(self, files: Sequence[S3Object | LedgerRow], state: State, *, query_id: str,
-              rows: int | None = None) -> None:
+              rows: int | None = None, partitions: Sequence[str] | None = None) -> None:
         """Write ``state`` for ``files`` (this load's rows, each listed file in its chunk); a ledger row's claim
         time is kept."""
         if not files:
@@ -156,7 +199,7 @@ class LedgerRun:
                 self.hook.execute(
                     render_write(self.ledger, with_claimed_at=with_claimed_at),
                     state_rows(self.target, self.bucket, group, load_id=self.own, query_id=query_id, state=state,
-                               rows=rows, chunk_of=self.selection.chunk_of),
+                               rows=rows, chunk_of=self.selection.chunk_of, partitions=partitions),
                     settings=WRITE_SETTINGS,
                 )
 
@@ -190,6 +233,7 @@ class LedgerRun:
             self.create()
             present = True
         rows = self.read(o.key for o in manifest.objects) if present else []
+        self._recorded = {r.key: r.partitions for r in rows if r.load_id == self.own and r.partitions}
         facts = self.facts(rows) if present else LoadFacts()
         sel = select_files(
             manifest.objects, rows, facts, own=self.own, on_changed=self.request.on_changed,
@@ -289,17 +333,31 @@ class LedgerRun:
             return finished
         return None
 
-    def pending(self, metrics: LoadMetrics, chunk: Chunk) -> None:
+    def pending(self, metrics: LoadMetrics, chunk: Chunk, partitions: Sequence[str]) -> None:
         """Before the staging table's partitions move: the chunk's files are ``pending`` under the insert that
-        read them."""
-        self.write(chunk.files, "pending", query_id=metrics.query_id, rows=self._rows(metrics, chunk))
+        read them, with the partition ids it wrote (none given: a retry whose staging table is gone keeps the
+        recorded ones)."""
+        self.write(chunk.files, "pending", query_id=metrics.query_id, rows=self._rows(metrics, chunk),
+                   partitions=self._partitions(chunk, partitions))
 
-    def loaded(self, metrics: LoadMetrics, chunk: Chunk) -> None:
+    def loaded(self, metrics: LoadMetrics, chunk: Chunk, partitions: Sequence[str]) -> None:
         """After the staging table was dropped: the chunk's files are ``loaded``."""
-        self.write(chunk.files, "loaded", query_id=metrics.query_id, rows=self._rows(metrics, chunk))
+        self.write(chunk.files, "loaded", query_id=metrics.query_id, rows=self._rows(metrics, chunk),
+                   partitions=self._partitions(chunk, partitions))
         if chunk.number == self.chunks[-1].number:
             self.holding = False
         self.log.info("Ledger %s: recorded %d file(s) as loaded into %s", self.ledger, len(chunk.files), self.target)
+
+    def _partitions(self, chunk: Chunk, partitions: Sequence[str]) -> list[str]:
+        if partitions or not chunk.files:
+            return list(partitions)
+        return list(self._recorded.get(chunk.files[0].key, ()))
+
+    def give_up(self) -> None:
+        """A load refused after its insert: its files are ``released`` (before its staging table is dropped,
+        so that no row reads as committed)."""
+        self.write(self.files, "released", query_id=str(self.query_id))
+        self.holding = False
 
     @staticmethod
     def _rows(metrics: LoadMetrics, chunk: Chunk) -> int | None:

@@ -38,7 +38,7 @@ from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile
 from airflow_provider_s3ch.core.sizes import fmt_bytes, is_byte_setting
 from airflow_provider_s3ch.core.sql import render_insert, sql_summary
-from airflow_provider_s3ch.core.staging import finalize_statements
+from airflow_provider_s3ch.core.staging import RebuildSource, finalize_statements
 from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import LoadError, S3chError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
@@ -46,6 +46,7 @@ from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
 from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_comment
 from airflow_provider_s3ch.load.insert import Inserter, run_steps
 from airflow_provider_s3ch.load.ledger import LedgerRun
+from airflow_provider_s3ch.load.rebuild import before_finalize
 from airflow_provider_s3ch.load.report import DeferLoad, Loaded, LoadReport, NothingNew, build_report, dry_run_report
 from airflow_provider_s3ch.load.target import prepare_target, read_profile
 
@@ -238,7 +239,7 @@ class LoadRun:
                              sql=rendered.redacted, files=list(manifest.objects),
                              chunk=chunk.number if chunk is not None else WHOLE_FILE, memory_attempts=attempts),
                 query_id=attached_to or str(query_id), fan_out=fan_out, distributed=distributed,
-                inserted_now=attached_to is None, ledger=ledger, chunk=chunk,
+                inserted_now=attached_to is None, ledger=ledger, chunk=chunk, source=source,
                 metrics=LoadMetrics.model_validate(mark.figures) if mark is not None else None)
 
     def _durable_mark(self, hook: ClickHouseHook, steps: LoadSteps, query_id: QueryId,
@@ -342,7 +343,7 @@ class LoadRun:
     def _complete_insert(
         self, hook: ClickHouseHook, one: Loaded, *, query_id: str, fan_out: Sequence[ClusterNode], distributed: bool,
         inserted_now: bool, ledger: LedgerRun | None = None, chunk: Chunk | None = None,
-        metrics: LoadMetrics | None = None,
+        metrics: LoadMetrics | None = None, source: S3Source | None = None,
     ) -> Loaded:
         """One insert's end: its figures from ``system.query_log`` (or, given, from the staging table's mark),
         the staging table brought into the target (the ledger marks around it)."""
@@ -352,33 +353,39 @@ class LoadRun:
             entry = queries.entry(query_id, fan_out)
             metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
                                    distributed=distributed, target_distributed=one.target.is_distributed)
-        if ledger is not None and chunk is not None:  # the staging table holds the files: pending first
-            ledger.pending(metrics, chunk)
-        moved = (self._finalize(hook, one.steps, inserted_now=inserted_now, mark=FilledMark(
+        known: tuple[str | None, list[tuple[str, str]], RebuildSource | None] | None = None
+        if ledger is not None and chunk is not None:  # pending first (replace_partitions: rebuilt, docs/ledger.md)
+            assert source is not None
+            known = before_finalize(hook, ledger, chunk, metrics, one.steps, one.plan, query_id=ledger.query_id_of(
+                chunk), inserted_now=inserted_now, source=source, credentials=source.credentials(), log=self.log)
+        moved = (self._finalize(hook, one.steps, inserted_now=inserted_now, known=known, mark=FilledMark(
             stem=one.steps.stem, query_id=query_id, figures=metrics.model_dump(mode="json")))
             if one.steps.stem is not None else [])
-        if ledger is not None and chunk is not None:  # the partitions are in the target
-            ledger.loaded(metrics, chunk)
+        if ledger is not None and chunk is not None and known is not None:  # the partitions are in the target
+            ledger.loaded(metrics, chunk, [pid for pid, _ in known[1]])
         return one.done(metrics, moved)
 
-    def _finalize(self, hook: ClickHouseHook, steps: LoadSteps, *, inserted_now: bool, mark: FilledMark) -> list[str]:
+    def _finalize(self, hook: ClickHouseHook, steps: LoadSteps, *, inserted_now: bool, mark: FilledMark,
+                  known: tuple[str | None, list[tuple[str, str]], RebuildSource | None] | None = None) -> list[str]:
         """Bring the staging table's rows into the target, marked filled first; idempotent, so a retry can
         resume it.
 
         :param inserted_now: this try's own insert just filled the staging table: it exists, and moving or
             replacing partitions needs no comment (one round trip less each; ``overwrite`` reads them).
+        :param known: the staging table's comment and partitions, and the rebuild table, as the ledger read them.
         """
         staging = steps.staging
         assert staging is not None
-        known = inserted_now and steps.finalize != "exchange"
-        staging_comment = "" if known else table_comment(hook, staging)
+        comment = known[0] if known else "" if inserted_now and steps.finalize != "exchange" else table_comment(
+            hook, staging)
+        target_comment = None if steps.finalize != "exchange" else table_comment(hook, steps.target)
         finalize = finalize_statements(
             steps,
-            staging_comment=staging_comment,
-            target_comment=None if steps.finalize != "exchange" else table_comment(hook, steps.target),
-            staging_partitions=partitions(hook, staging) if staging_comment is not None else [],
+            staging_comment=comment,
+            target_comment=target_comment,
+            staging_partitions=known[1] if known else partitions(hook, staging) if comment is not None else [],
             target_partitions=partitions(hook, steps.target) if steps.finalize == "exchange" else [],
-            mark=mark,
+            mark=mark, rebuild=known[2] if known else None,
         )
         run_steps(hook, finalize.steps, self.log)
         if finalize.done_before:

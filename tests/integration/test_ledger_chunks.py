@@ -152,10 +152,10 @@ def here():
 
 def wrap(name, before):
     original = getattr(LedgerRun, name)
-    def wrapped(self, metrics, chunk):
+    def wrapped(self, metrics, chunk, *rest):
         if here() and before:
             die()
-        out = original(self, metrics, chunk)
+        out = original(self, metrics, chunk, *rest)
         if here() and not before:
             die()
         return out

@@ -321,9 +321,14 @@ def test_the_ledger_table_keeps_the_latest_state_and_the_claims_order() -> None:
 
 def test_state_rows_carry_the_claim_time_of_ledger_rows() -> None:
     (claim,) = state_rows("db.t", "b", [obj("k")], load_id=ME, query_id="q", state="claimed")
-    assert claim == ("db.t", "b", "k", "e1", 10, None, 0, ME, "q", "claimed", None)
-    (later,) = state_rows("db.t", "b", [row("k", "claimed", ME)], load_id=ME, query_id="q2", state="loaded", rows=5)
-    assert later[:11] == ("db.t", "b", "k", "e1", 10, None, 0, ME, "q2", "loaded", 5) and len(later) == 12
+    assert claim == ("db.t", "b", "k", "e1", 10, None, 0, ME, "q", "claimed", None, [])
+    (later,) = state_rows("db.t", "b", [row("k", "claimed", ME)], load_id=ME, query_id="q2", state="loaded", rows=5,
+                          partitions=["202401"])
+    assert later[:12] == ("db.t", "b", "k", "e1", 10, None, 0, ME, "q2", "loaded", 5, ["202401"]) and len(later) == 13
+    # a later state keeps the partitions its row records unless new ones are given
+    kept = row("k", "pending", ME).model_copy(update={"partitions": ("7",)})
+    (done,) = state_rows("db.t", "b", [kept], load_id=ME, query_id="q3", state="loaded")
+    assert done[11] == ["7"]
 
 
 def test_the_summary_counts_everything_and_shows_a_bounded_list() -> None:
