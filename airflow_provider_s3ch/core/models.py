@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from airflow_provider_s3ch.core.access import S3Access, S3CredentialsMode
 from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.formats import COMPRESSION_METHODS, compression_method
 from airflow_provider_s3ch.core.sizes import parse_size
@@ -139,6 +140,11 @@ class LoadRequest(BaseModel):
     max_files_per_load: int | None = None
     #: With ``skip_loaded``: the most bytes (as listed) one insert reads; a file larger than this is a chunk alone.
     max_bytes_per_load: int | None = Field(default=None, description="bytes; parsed from strings like '10GiB'")
+    #: How the server reads the bucket (:mod:`airflow_provider_s3ch.core.access`): ``forward``, ``server`` or
+    #: ``named_collection`` (with ``named_collection``); ``role_arn`` with ``server`` (ClickHouse Cloud).
+    s3_credentials: S3CredentialsMode = "forward"
+    named_collection: str | None = None
+    role_arn: str | None = None
 
     @model_validator(mode="after")
     def _contract(self) -> LoadRequest:
@@ -147,7 +153,13 @@ class LoadRequest(BaseModel):
                 "schema_check='ignore_extra' leaves the files' extra columns out, on_schema_change='add_columns' "
                 "adds them to the table: give one (schema_check='strict' with on_schema_change='add_columns')"
             )
+        _ = self.access  # s3_credentials, named_collection and role_arn fit together
         return self
+
+    @property
+    def access(self) -> S3Access:
+        """How the server reads the bucket (checked when the request is built)."""
+        return S3Access(mode=self.s3_credentials, named_collection=self.named_collection, role_arn=self.role_arn)
 
     @property
     def schema_change(self) -> SchemaChange:
@@ -404,6 +416,8 @@ class LoadPlan(BaseModel):
     predicted_peak_reason: str | None = None
     #: What the plan took from the target's earlier loads (:mod:`airflow_provider_s3ch.core.history`), if any.
     history: dict[str, Any] | None = None
+    #: How the server reads the bucket; None: the worker's keys in the statement (``s3_credentials='forward'``).
+    access: S3Access | None = None
 
 
 class S3Credentials(BaseModel):

@@ -223,13 +223,26 @@ def render_source(plan: LoadPlan, credentials: S3Credentials | None, *, redact: 
     ``s3(url [, NOSIGN | access_key_id, secret_access_key [, session_token]] [, format] [, structure]
     [, compression_method])``; ``s3Cluster`` takes the cluster name first. Without
     credentials the ``NOSIGN`` keyword makes ClickHouse send unsigned requests (rather than
-    falling back to the server's own credentials).
+    falling back to the server's own credentials). The plan's ``access``
+    (:class:`~airflow_provider_s3ch.core.access.S3Access`) may keep the keys on the server: no keys
+    (``server``, with ``extra_credentials(role_arn = …)`` for a role), or
+    ``s3(collection, url = …, format = …)`` (``named_collection``).
 
     :param plan: the plan (URL, format, structure, compression, strategy, cluster).
     :param credentials: the keys ClickHouse reads the bucket with, or None for NOSIGN.
     :param redact: replace the secret and the token by ``'[redacted]'``, shorten the key id.
     """
-    args = [quote_literal(plan.source_url), *_credential_args(credentials, redact=redact), *_source_args(plan)]
+    access = plan.access
+    if access is not None and access.mode == "named_collection":  # the keys stay in the server's collection
+        options = {"url": plan.source_url, "format": plan.format, "structure": plan.structure,
+                   "compression_method": plan.compression}
+        args = [quote_identifier(access.named_collection or ""),
+                *(f"{name} = {quote_literal(value)}" for name, value in options.items() if value is not None)]
+    else:
+        keys = [] if access is not None and access.mode == "server" else _credential_args(credentials, redact=redact)
+        args = [quote_literal(plan.source_url), *keys, *_source_args(plan)]
+        if access is not None and access.role_arn:
+            args.append(f"extra_credentials(role_arn = {quote_literal(access.role_arn)})")
     if plan.strategy == "distributed":
         if not plan.cluster:
             raise InvalidRequestError("a distributed plan needs a cluster name for s3Cluster")

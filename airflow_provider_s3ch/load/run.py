@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from airflow_provider_s3ch.core.access import with_hint
 from airflow_provider_s3ch.core.deferral import SETTLE_SECONDS, DeferredLoad
 from airflow_provider_s3ch.core.errors import NothingMatchedError
 from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
@@ -180,9 +181,12 @@ class LoadRun:
             return self._complete(hook, loads, clock=_ms_since(started), columns=self._columns,
                                   objects=[o for one in loads for o in one.files or []],
                                   ledger=ledger.summary(), chunked=bool(ledger.selection.chunks))
-        except BaseException:
+        except BaseException as exc:
             if ledger is not None:  # give the claims back when nothing of the load can still land
                 ledger.abandon()
+            hinted = with_hint(exc, request.access)  # the keys stay on the server: say what it lacks
+            if hinted is not None:
+                raise hinted from exc
             raise
         finally:
             hook.close()
@@ -325,7 +329,7 @@ class LoadRun:
                     raise LoadError(message)
                 error = hook.server_error(int(event.get("error_code") or 0), message)
                 self.inserter.abandon_if_idle(load.steps, load.query_id, load.insert_nodes)
-                raise error
+                raise with_hint(error, self.request.access) or error
             self.log.info("%s", message)
             self.phases.update(load.phases_ms)
             with self._phase("complete"):

@@ -33,6 +33,9 @@ DEFAULT_CLUSTER = "s3ch_local"
 DEFAULT_REGION = "eu-west-3"
 DEFAULT_BUCKET = "s3ch-sample"
 S3_ACCESS_KEY = "s3ch-local-access-key"
+#: The named collection each node holds, with the stack's S3 keys (``s3_credentials="named_collection"``).
+NAMED_COLLECTION = "s3ch_local"
+
 #: The workload of loads when the stack starts with ``workload_memory``, under the root workload ``all``.
 WORKLOAD = "loads"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
@@ -483,6 +486,10 @@ class LocalStack:
         <{self.cluster}>{shards}</{self.cluster}>
     </remote_servers>
     <user_directories><users_xml><path>{escape(str(node.workdir / "users.xml"))}</path></users_xml></user_directories>
+    <named_collections><{NAMED_COLLECTION}>
+        <access_key_id>{escape(self.s3_access_key)}</access_key_id>
+        <secret_access_key>{escape(self.s3_secret_key)}</secret_access_key>
+    </{NAMED_COLLECTION}></named_collections>
 </clickhouse>
 """
         (node.workdir / "config.xml").write_text(config)
@@ -495,6 +502,7 @@ class LocalStack:
             <profile>default</profile>
             <quota>default</quota>
             <access_management>1</access_management>
+            <named_collection_control>1</named_collection_control>
         </{self.user}>
     </users>
     <profiles><default></default></profiles>

@@ -79,6 +79,10 @@ class S3ToClickHouseOperator(BaseOperator):
     :param max_bytes_per_load: with ``skip_loaded``: the most bytes one insert reads. (templated)
     :param learn_from_history: calibrate the plan with the target's earlier loads of the same files
         (docs/tuning.md).
+    :param s3_credentials: how the server reads the bucket: ``forward`` (the AWS connection's keys in each
+        statement), ``server`` (its own credentials; no keys sent) or ``named_collection`` (docs/connections.md).
+    :param named_collection: with ``s3_credentials='named_collection'``: the collection's name. (templated)
+    :param role_arn: with ``s3_credentials='server'``: the IAM role ClickHouse Cloud assumes. (templated)
 
     Retries: the query id is ``s3ch-<stem>-try<N>``, the stem fixed per task instance and load configuration.
     A retry first looks for the earlier tries' queries: one still running is waited for; one that finished
@@ -106,6 +110,7 @@ class S3ToClickHouseOperator(BaseOperator):
         "ledger_table",
         "max_files_per_load",
         "max_bytes_per_load",
+        "named_collection", "role_arn",
     )
     template_fields_renderers = {"settings": "json"}
     ui_color = "#ffcc01"
@@ -147,6 +152,9 @@ class S3ToClickHouseOperator(BaseOperator):
         max_files_per_load: int | str | None = None,
         max_bytes_per_load: int | str | None = None,
         learn_from_history: bool = True,
+        s3_credentials: str = "forward",
+        named_collection: str | None = None,
+        role_arn: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -184,6 +192,7 @@ class S3ToClickHouseOperator(BaseOperator):
         self.max_files_per_load = max_files_per_load
         self.max_bytes_per_load = max_bytes_per_load
         self.learn_from_history = learn_from_history
+        self.s3_credentials, self.named_collection, self.role_arn = s3_credentials, named_collection, role_arn
         #: The load in progress, or the last one (its lineage facts): the only state a task keeps.
         self._run: LoadRun | None = None
     # ------------------------------------------------------------------ steps
@@ -213,6 +222,9 @@ class S3ToClickHouseOperator(BaseOperator):
                 skip_when_empty=self.skip_when_empty,
                 max_files_per_load=self.max_files_per_load,
                 max_bytes_per_load=self.max_bytes_per_load,
+                s3_credentials=self.s3_credentials,
+                named_collection=self.named_collection or None,
+                role_arn=self.role_arn or None,
             )
             check_ledger_request(request)
             return request
@@ -226,7 +238,6 @@ class S3ToClickHouseOperator(BaseOperator):
                 order_by=self.order_by or None, partition_by=self.partition_by or None,
                 primary_key=self.primary_key or None, engine=self.engine, settings=self.table_settings,
             )
-
 
     def query_id(self, context: Context, request: LoadRequest | None = None) -> QueryId:
         """This try's query id: one stem per task instance and load configuration."""

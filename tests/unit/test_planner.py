@@ -502,7 +502,8 @@ def test_plan_carries_inputs() -> None:
     assert p.compression == "zstd"
     assert p.structure == "a UInt8"
     assert p.manifest["files"] == 3
-    assert [c.name for c in p.checks] == ["region", "files_vs_nodes", "workload"]
+    assert [c.name for c in p.checks] == ["region", "files_vs_nodes", "workload", "credentials"]
+    assert "s3_credentials='forward'" in p.checks[-1].message and p.access is None
 
 
 def test_nameless_format_without_structure_warns() -> None:

@@ -23,7 +23,7 @@ when the budget cannot hold the largest Parquet row group per thread (:func:`row
 from __future__ import annotations
 
 from airflow_provider_s3ch.core.history import Learned
-from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest, Manifest
+from airflow_provider_s3ch.core.models import Check, LoadPlan, LoadRequest, Manifest
 from airflow_provider_s3ch.core.plan.budget import (
     DEFAULT_MEMORY_SHARE,
     FALLBACK_BUDGET_BYTES,
@@ -137,10 +137,12 @@ def make_plan(
         settings=settings,
         budget_bytes=budget.per_node,
         budget_reason=budget.reason,
-        checks=[region, files_vs_nodes_check(manifest, profile, distributed), workload],
+        checks=[region, files_vs_nodes_check(manifest, profile, distributed), workload,
+                Check(name="credentials", status="ok", message=request.access.describe())],
         warnings=warnings,
         manifest=manifest.summary(),
         history=learned.summary() if learned is not None else None,
+        access=None if request.access.sends_keys else request.access,
     )
     return with_prediction(plan, manifest, profile)
 
