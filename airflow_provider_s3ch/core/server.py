@@ -77,6 +77,10 @@ CORES_PROBES = (
     ("SELECT value FROM system.asynchronous_metrics WHERE metric = 'NumberOfCPUCores'", "NumberOfCPUCores"),
 )
 
+#: The first probe of the cores and the memory, and the version, in one round trip (the probes one by one when a
+#: deployment lacks one of the tables, or gives no value).
+BASICS_SQL = f"SELECT ({CORES_PROBES[0][0]}), ({MEMORY_PROBES[0][0]}), version()"
+
 #: The target as :func:`table_info` takes it, plus its database's engine and its dependent views.
 TABLE_INFO_SQL = (
     "SELECT t.engine, t.partition_key, t.sorting_key, t.engine_full, d.engine, "

@@ -85,7 +85,8 @@ def _own_comment(old_comment: str | None) -> str:
 def prepare_statements(
     steps: LoadSteps, *, staging_exists: bool, staging_comment: str | None = None, target_comment: str | None = None
 ) -> list[Step]:
-    """Drop the staging table a dead try left (no earlier try runs: checked), create it afresh.
+    """Drop the staging table a dead try left (no earlier try runs: checked), create it afresh (no drop when
+    there is none: the first try's, or a retry's that read it is not there).
 
     An ``overwrite`` whose earlier try swapped the tables and died before it put the target's comment back
     left the target with the marker and the old table, under the staging name, with the target's own
@@ -103,13 +104,10 @@ def prepare_statements(
             and not is_marker(staging_comment, steps.marker)):
         out.append(Step(render_set_comment(steps.target, _own_comment(staging_comment)),
                         f"Put back the comment of {steps.target}, which an earlier try's swap left unfinished"))
-    out += [
-        Step(
-            render_drop_table(staging),
-            f"Dropped staging table {staging} left by an earlier try" if staging_exists else "",
-        ),
-        Step(render_create_staging(staging, steps.target), f"Created staging table {staging} AS {steps.target}"),
-    ]
+    if staging_exists:  # a table of this name is only ever this task instance's (its stem)
+        out.append(Step(render_drop_table(staging), f"Dropped staging table {staging} left by an earlier try"))
+    out.append(
+        Step(render_create_staging(staging, steps.target), f"Created staging table {staging} AS {steps.target}"))
     if steps.marker is not None:
         out.append(Step(render_set_comment(staging, steps.marker), ""))
     return out

@@ -15,7 +15,14 @@ from clickhouse_driver import errors as ch_errors
 from airflow_provider_s3ch.core.errors import classify_server_error, server_text
 from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.schema import COLUMNS_SQL, Column
-from airflow_provider_s3ch.core.server import CORES_PROBES, MEMORY_PROBES, TABLE_INFO_SQL, parse_int_setting, table_info
+from airflow_provider_s3ch.core.server import (
+    BASICS_SQL,
+    CORES_PROBES,
+    MEMORY_PROBES,
+    TABLE_INFO_SQL,
+    parse_int_setting,
+    table_info,
+)
 from airflow_provider_s3ch.core.server_models import (
     ClusterNode,
     NodeWorkloads,
@@ -62,11 +69,18 @@ def get_profile(
     """
     cluster = cluster or hook.cluster
     nodes = cluster_nodes(hook, cluster) if cluster else []
-    cores = _cores(hook, hook.client())
+    basics = _first(hook, [(BASICS_SQL, "")], hook.client(), whole=True)[0]
+    cores_value, memory, version = basics if basics else (None, None, None)
+    if cores_value not in (None, "") and parse_int_setting(cores_value):
+        cores = max(1, parse_int_setting(cores_value) or 1)
+    else:
+        cores = _cores(hook, hook.client())
     workloads = workload_nodes(hook, nodes) if (hook.workload if workload is None else workload) else []
-    memory, memory_source = _first(hook, MEMORY_PROBES, hook.client())
+    memory_source = MEMORY_PROBES[0][1] if memory else ""
+    if not memory:
+        memory, memory_source = _first(hook, MEMORY_PROBES, hook.client())
     return ServerProfile(
-        version=str(hook.execute("SELECT version()")[0][0]),
+        version=str(version or hook.execute("SELECT version()")[0][0]),
         cores=cores,
         memory_bytes=int(memory or 0),
         memory_source=memory_source or "unknown",
@@ -115,8 +129,10 @@ def _workloads_on(hook: ClickHouseHook, address: str, client: Client, *, initiat
     )
 
 
-def _first(hook: ClickHouseHook, probes: Sequence[tuple[str, str]], client: Client) -> tuple[Any, str]:
-    """The first value the first probe that works returns, and its label; (None, '') when none works."""
+def _first(hook: ClickHouseHook, probes: Sequence[tuple[str, str]], client: Client, *, whole: bool = False
+           ) -> tuple[Any, str]:
+    """The first value the first probe that works returns (``whole``: its first row), and its label; (None, '')
+    when none works."""
     for sql, label in probes:
         try:
             rows = client.execute(sql)
@@ -127,7 +143,7 @@ def _first(hook: ClickHouseHook, probes: Sequence[tuple[str, str]], client: Clie
         except Exception as exc:
             raise hook.translate_error(exc) from exc
         if rows and rows[0][0] not in (None, ""):
-            return rows[0][0], label
+            return (rows[0] if whole else rows[0][0]), label
     return None, ""
 
 
