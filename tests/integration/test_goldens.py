@@ -80,6 +80,8 @@ CLIENT_NAME = "airflow-provider-s3ch"
 VARIES = frozenset({
     "duration_ms", "wall_ms", "phases_ms", "run_ms", "memory_usage", "memory_vs_predicted", "rows_per_second",
     "admission_wait_ms", "started_at", "deadline", "elapsed", "query_duration_ms",
+    # a later load's scale is an earlier load's measured / predicted peak: a figure of the moment too
+    "memory_scale", "predicted_memory_usage",
 })
 VARIES_TEXT = "<varies>"
 
@@ -156,8 +158,12 @@ class Placeholders:
             for v in value:
                 self.learn(v)
 
+    #: A learned scale of the peak memory in text (what ``memory_scale`` says).
+    _SCALE = re.compile(r"(?<=x )[0-9]+\.[0-9]{2}(?=:? \(?measured / predicted)")
+
     def text(self, value: str) -> str:
         value = self._FILLED_FIGURES.sub(r"\1<figures>'", value)
+        value = self._SCALE.sub("<scale>", value)
         if self.default_budget:
             for pattern, replacement in self._BUDGET_TEXT:
                 value = pattern.sub(replacement, value)

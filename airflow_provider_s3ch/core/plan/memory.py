@@ -2,7 +2,8 @@
 
 The model (per node; the terms add up, then two bounds apply):
 
-- a base of :data:`PEAK_BASE_BYTES` (the query's pipeline, buffers, the schema, the S3 client);
+- a base of :data:`PEAK_BASE_BYTES` (the query's pipeline, buffers, the schema, the S3 client), for a
+  load of less data :data:`PEAK_BASE_FLOOR_BYTES` and the data (its buffers hold no more than the files);
 - per insert thread that has data to write (at most the reading streams): :data:`PEAK_BLOCK_FACTOR`
   copies of its insert block (the guide's "about three copies: built, sorted, compressed") and
   :data:`PEAK_THREAD_BYTES` of write buffers for the part it writes; all threads together at most
@@ -31,6 +32,10 @@ from airflow_provider_s3ch.core.sizes import MiB, fmt_bytes
 
 #: What a load holds whatever its data: the query's pipeline, buffers, the S3 client.
 PEAK_BASE_BYTES = 100 * MiB
+
+#: What the smallest load holds (4.5-4.8 MiB measured for CSV files of 2.5-310 KB on the local node): a load
+#: of less data than :data:`PEAK_BASE_BYTES` has this and its data as its base.
+PEAK_BASE_FLOOR_BYTES = 8 * MiB
 
 #: Copies of an insert block per insert thread (the guide's divisor).
 PEAK_BLOCK_FACTOR = BLOCK_MEMORY_FACTOR
@@ -107,10 +112,13 @@ def predict_peak(
         share = min(data // files, PEAK_TEXT_READ_BYTES)
         reading = int(readers * PEAK_TEXT_READ_FACTOR * share)
         reading_text = f"{readers} reading x {PEAK_TEXT_READ_FACTOR:g} x {fmt_bytes(share)} of a file"
-    model = PEAK_BASE_BYTES + blocks + reading
+    base = min(PEAK_BASE_BYTES, PEAK_BASE_FLOOR_BYTES + data)
+    model = base + blocks + reading
     predicted = int(model * scale)
+    small = "" if base == PEAK_BASE_BYTES else f" (a small load: {fmt_bytes(PEAK_BASE_FLOOR_BYTES)} and the data)"
     reason = (
-        f"{fmt_bytes(PEAK_BASE_BYTES)} base + {writers} writing x ({PEAK_BLOCK_FACTOR} x {fmt_bytes(block)} block + "
+        f"{fmt_bytes(base)} base{small} + "
+        f"{writers} writing x ({PEAK_BLOCK_FACTOR} x {fmt_bytes(block)} block + "
         f"{fmt_bytes(PEAK_THREAD_BYTES)}) + {reading_text}"
     )
     if blocks < per_block:
@@ -123,4 +131,4 @@ def predict_peak(
         reason += f": reaches max_memory_usage {fmt_bytes(cap)}, where the server stops the load"
         predicted = cap
     return PeakEstimate(bytes=predicted, reason=reason, model_bytes=model,
-                        terms={"base": PEAK_BASE_BYTES, "blocks": blocks, "reading": reading}, at_cap=at_cap)
+                        terms={"base": base, "blocks": blocks, "reading": reading}, at_cap=at_cap)
