@@ -68,9 +68,10 @@ $(DOCS_STAMP): $(STAMP)
 bench: venv
 	$(PY) -m bench.run
 
-## bench-large: the benchmark, the 100 000-object listing (~4 min) and 3.3 GB of Parquet with merge pressure (~8 min, bench/large.py)
+## bench-large: the benchmark, the 100 000-object listing (~4 min) and 3.3 GB of Parquet with merge pressure (~8 min,
+## bench/large.py), then its memory/speed grid and the operator under 1, 2 and 4 GiB caps (~25 min, bench/large_grid.py)
 bench-large: venv
-	$(PY) -m bench.run --large
+	$(PY) -m bench.run --large --grid
 
 ## bench-peers: the end-to-end section with dlt's ClickHouse destination as a third peer (dlt in its own
 ## venv .venv-dlt, apart from the provider's dependencies; ~6 min, writes bench/results/end_to_end.json)

@@ -121,6 +121,7 @@ def run_operator(stack: Any, client: Any, ds: Dataset, table: str, cfg: Config, 
     out = summarize(entry, query_id, result.get("settings") or entry.get("Settings", {}), error, None)
     out["task_wall_s"] = round(task_wall, 3)
     out["operator_wall_ms"] = result.get("wall_ms")
+    out["predicted_memory_usage"] = result.get("predicted_memory_usage")
     out["operator_overhead_s"] = round(result["wall_ms"] / 1000 - result["duration_ms"] / 1000, 3) if result else None
     out["settings"] = result.get("settings", {})
     out["settings_reasons"] = result.get("settings_reasons", {})

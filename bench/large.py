@@ -240,8 +240,10 @@ def _parts(client: Any, database: str, table: str) -> dict[str, int]:
             "bytes_on_disk": int(on_disk or 0)}
 
 
-def bench_large(stack: Any, quick: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
-    """Write the large dataset, load it with (a) the defaults and (c) the operator, once each."""
+def bench_large(stack: Any, quick: bool = False, log: Callable[[str], None] = print, grid: bool = False
+                ) -> dict[str, Any]:
+    """Write the large dataset, load it with (a) the defaults and (c) the operator, once each; with ``grid``,
+    the memory/speed grid and the memory caps at this size (:mod:`bench.large_grid`)."""
     from airflow_provider_s3ch.local.sample import posts_ddl
     from bench.common import BUCKET, DATABASE, Planned, run_operator
     from bench.measure import new_table, run_sql_insert, wait_ready
@@ -298,7 +300,7 @@ def bench_large(stack: Any, quick: bool = False, log: Callable[[str], None] = pr
         finally:
             client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
         keep = ("ok", "error", "duration_s", "rows", "rows_per_s", "peak_memory", "read_bytes", "written_bytes",
-                "s3_get", "client_wall_s", "task_wall_s", "operator_overhead_s", "settings")
+                "s3_get", "client_wall_s", "task_wall_s", "operator_overhead_s", "settings", "predicted_memory_usage")
         v = {k: r[k] for k in keep if k in r}
         v.update({
             "parts_written": during.level0,
@@ -326,6 +328,10 @@ def bench_large(stack: Any, quick: bool = False, log: Callable[[str], None] = pr
             f"rows {table_rows:,} "
             f"{'=' if v['rows_match'] else '!='} {ds.spec.rows:,} {v.get('error') or ''}")
     out["variants"] = variants
+    if grid:
+        from bench.large_grid import bench_grid
+
+        out["grid"] = bench_grid(stack, client, ds, planned, variants["c"], ds.spec.rows, log)
     out["wall_s"] = round(time.monotonic() - began, 1)
     return out
 
@@ -396,7 +402,9 @@ def lines(result: dict[str, Any]) -> list[str]:
         out.append(f"- `{name} = {value}`: {(plan.get('reasons') or {}).get(name, '')}")
     for w in plan.get("warnings") or []:
         out.append(f"- plan warning: {w}")
-    return [*out, ""]
+    from bench.large_grid import lines as grid_lines
+
+    return [*out, "", *grid_lines(result.get("grid") or {})]
 
 
 __all__ = ["LargeSpec", "bench_large", "large_spec", "lines", "write_large"]

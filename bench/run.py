@@ -478,6 +478,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-overhead", action="store_true", help="skip the object-listing figures")
     parser.add_argument("--large", action="store_true",
                         help="also list 100 000 objects (make bench-large; ~4 more minutes)")
+    parser.add_argument("--grid", action="store_true",
+                        help="with --large: the memory/speed grid and memory caps at that size (bench/large_grid.py)")
     parser.add_argument("--only", choices=["chunks", "end_to_end", "latency", "large"],
                         help="run one section only (on the datasets it needs)")
     args = parser.parse_args(argv)
@@ -563,14 +565,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.large:  # several GB with merge pressure (bench/large.py)
             from bench.large import bench_large
 
-            results["large"] = bench_large(stack, quick=args.quick, log=log)
+            results["large"] = bench_large(stack, quick=args.quick, log=log, grid=args.grid)
         results["machine"]["load_average_end"] = os.getloadavg()
     results["wall_s"] = round(time.monotonic() - began, 1)
     if args.only:  # one section: its figures alone, beside the full run's report
         (out / f"{args.only}.json").write_text(json.dumps(results, indent=2, default=str))
         if args.only == "large":
             from bench.large import lines as large_lines
+            from bench.large_grid import plot as plot_frontier
 
+            plot_frontier(results["large"].get("grid") or {}, out)
             (out / "LARGE.md").write_text("\n".join(large_lines(results["large"])))
         log(f"done in {results['wall_s']}s: {out / f'{args.only}.json'}")
         return 0
