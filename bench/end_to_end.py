@@ -209,7 +209,7 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
 
     :param s3_url: the S3 endpoint all read through (ClickHouse's ``s3()``, the operator's and the worker's
         boto3, dlt's s3fs), e.g. a :class:`~bench.s3proxy.S3Proxy`'s; default the stack's S3 server.
-    :param path: the label of that endpoint in the results (``direct``, ``proxy``).
+    :param path: the label of that endpoint in the results (``direct``, or the proxy's latency and bandwidth).
     """
     from airflow_provider_s3ch.local.sample import posts_ddl
     from bench.measure import new_table
@@ -348,8 +348,9 @@ def lines(rows: list[dict[str, Any]]) -> list[str]:
         "locally first. Their task s is comparable. `x op` = peer task s / operator task s: above 1 the operator "
         "is faster. Rows equal: every run of every variant wrote the same row count.",
         "",
-        "`proxy`: every variant reads S3 through bench/s3proxy.py (the latency section's request latency and "
-        "bandwidth); the peers' inserts go straight to ClickHouse.",
+        "`20 ms, 100 MB/s` and `50 ms, 50 MB/s`: every variant reads S3 through bench/s3proxy.py with that request "
+        "latency and per-connection bandwidth (bench/run.py `E2E_PROXIES`); the peers' inserts go straight to "
+        "ClickHouse.",
         "",
         "| dataset | S3 | files | MB | hand s | hand insert s | operator s | operator insert s | around the insert s "
         "| end to end | insert | worker s | worker insert s | worker x op | dlt s | dlt insert s | dlt x op "

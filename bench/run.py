@@ -185,15 +185,21 @@ def aggregate(runs: list[dict[str, Any]]) -> dict[str, Any]:
 # ----------------------------------------------------------------------------------- end to end
 
 
+#: The S3-like proxy's settings of the end-to-end section: (request latency ms, MB/s per connection), as far
+#: from the workers and the server as real S3 is from a region's neighbours and from another region.
+E2E_PROXIES = ((20.0, 100.0), (50.0, 50.0))
+
+
 def end_to_end_both(stack: Any, datasets: list[Dataset], cfg: Config) -> list[dict[str, Any]]:
-    """End to end straight from the S3 server, then through the S3-like proxy (bench/end_to_end.py)."""
-    from bench.latency import BANDWIDTH_MBPS, LATENCY_MS
+    """End to end straight from the S3 server, then through the S3-like proxy at each of
+    :data:`E2E_PROXIES` (bench/end_to_end.py): every peer at every distance."""
     from bench.s3proxy import S3Proxy
 
     out = bench_end_to_end(stack, datasets, repeats=cfg.e2e_repeats, database=DATABASE, log=log)
-    with S3Proxy(stack.s3_endpoint, latency_ms=LATENCY_MS, bandwidth_mbps=BANDWIDTH_MBPS) as proxy:
-        out += bench_end_to_end(stack, datasets, repeats=cfg.e2e_repeats, database=DATABASE, log=log,
-                                s3_url=proxy.url, path="proxy")
+    for latency_ms, bandwidth_mbps in E2E_PROXIES:
+        with S3Proxy(stack.s3_endpoint, latency_ms=latency_ms, bandwidth_mbps=bandwidth_mbps) as proxy:
+            out += bench_end_to_end(stack, datasets, repeats=cfg.e2e_repeats, database=DATABASE, log=log,
+                                    s3_url=proxy.url, path=f"{latency_ms:.0f} ms, {bandwidth_mbps:.0f} MB/s")
     return out
 
 
