@@ -84,6 +84,8 @@ def plan_rebuild(
     """
     latest = _latest(rows, in_flight)
     extra, every = _touched(latest, new_partitions, bucket=bucket, keys=keys)
+    if not every:  # the new files gave no row, and no reloaded file wrote any: nothing is replaced
+        return Rebuild()
     files: list[S3Object] = []
     problems: list[str] = []
     for (row_bucket, key), row in sorted(latest.items()):
@@ -114,6 +116,8 @@ def candidates(rows: Sequence[EarlierRow], new_partitions: Sequence[str], *, buc
     """The earlier keys in ``bucket`` that :func:`plan_rebuild` needs the S3 objects of (at most)."""
     latest = _latest(rows, in_flight)
     every = _touched(latest, new_partitions, bucket=bucket, keys=keys)[1]
+    if not every:
+        return []
     return sorted({key for (b, key), r in latest.items() if b == bucket and key not in keys and r.touches(every)})
 
 

@@ -46,6 +46,12 @@ def test_exactly_the_files_recorded_in_a_touched_partition_are_read_again(
     assert rebuild.partitions == sorted(new) and rebuild.needed == bool(expected)
 
 
+def test_new_files_without_rows_rebuild_nothing_not_even_with_rows_of_unknown_partitions() -> None:
+    rows = [row("legacy"), row("a", "1")]
+    assert plan_rebuild([], rows, bucket=B, keys={"new"}, in_flight=set(), listed={}).needed is False
+    assert candidates(rows, [], bucket=B, keys={"new"}, in_flight=set()) == []
+
+
 def test_only_the_latest_version_of_a_file_counts_and_a_reload_replaces_it() -> None:
     rows = [row("a", "1", etag="old", version=1), row("a", "1", etag="new", version=2), row("b", "1")]
     rebuild = plan_rebuild(["1"], rows, bucket=B, keys=set(), in_flight=set(),
