@@ -143,7 +143,7 @@ class LedgerRun:
         (or in none), and the units among them whose staging table exists; with ``own_unit``, also the
         smallest block number of that unit's ``pending`` rows (:mod:`~airflow_provider_s3ch.load.rebuild`)."""
         data = self.hook.execute(render_read_partitions(self.ledger),
-                                 {"t": self.target, "p": list(partitions)})
+                                 {"t": self.target, "p": list(partitions), "k": list(self.selection.reloaded)})
         rows = [EarlierRow.model_validate({**dict(zip(REBUILD_FIELDS, r, strict=True)), "unit": unit_id(r[4], r[3])})
                 for r in data]
         own = [r for r in rows if r.load_id == self.own]

@@ -101,8 +101,9 @@ def test_a_reload_in_a_shared_partition_keeps_the_other_files_rows(stack: LocalS
 def test_a_reloaded_file_that_left_a_partition_takes_its_old_rows_with_it(stack: LocalStack, bucket: str) -> None:
     """File 10's old version wrote partition 1; its new version writes partition 2 (its rows' ``file``)."""
     f = new_files(stack)
-    f.put(10, 20)
-    f.run(mode="replace_partitions", on_changed="reload")
+    for n in (10, 20):  # a run each: each file's row records its own partition only
+        f.put(n)
+        f.run(s3_uri=f"s3://{BUCKET}/{f.prefix}f-{n}.csv", mode="replace_partitions", on_changed="reload")
     body = "".join(f"25,{9_000_000 + i},moved\n" for i in range(ROWS))
     stack.s3_client().put_object(Bucket=BUCKET, Key=f.key(10), Body=body.encode())
     f.run(mode="replace_partitions", on_changed="reload")
