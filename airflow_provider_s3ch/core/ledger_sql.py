@@ -109,12 +109,12 @@ READ_FIELDS = ("key", "etag", "chunk", "load_id", "query_id", "state", "size", "
                "age_s", "block", "version", "partitions")
 
 
-def render_read_partitions(ledger: TableRef) -> str:
+def render_read_partitions(ledger: TableRef, files_table: str) -> str:
     """The latest version of every ``loaded`` or ``pending`` row of the target's loads, in any bucket,
-    recorded in one of the partitions ``%(p)s`` or with none recorded, or of one of the keys ``%(k)s`` (a
-    reloaded file's earlier versions, wherever they wrote), this load's own included (the fields of
-    :class:`~airflow_provider_s3ch.core.ledger_rebuild.EarlierRow`, :data:`REBUILD_FIELDS`). Parameters:
-    ``t``, ``p``, ``k``.
+    recorded in one of the partitions ``%(p)s`` or with none recorded, or of a key in the external table
+    ``files_table`` (this load's files: a reloaded file's earlier versions, wherever they wrote), this load's
+    own included (the fields of :class:`~airflow_provider_s3ch.core.ledger_rebuild.EarlierRow`,
+    :data:`REBUILD_FIELDS`). Parameters: ``t``, ``p``.
 
     :param ledger: the ledger table.
     """
@@ -123,7 +123,8 @@ def render_read_partitions(ledger: TableRef) -> str:
         "argMax(partitions, version) AS ps, max(version), argMax(_block_number, version) "
         f"FROM {render_table(ledger)} WHERE `table` = %(t)s "
         "GROUP BY bucket, key, etag, chunk, load_id "
-        "HAVING s IN ('loaded', 'pending') AND (empty(ps) OR hasAny(ps, %(p)s) OR has(%(k)s, key))"
+        "HAVING s IN ('loaded', 'pending') AND (empty(ps) OR hasAny(ps, %(p)s) OR "
+        f"key IN (SELECT key FROM {quote_identifier(files_table)}))"
     )
 
 

@@ -142,8 +142,11 @@ class LedgerRun:
         """The latest ``loaded`` and ``pending`` rows of the target's other loads recorded in ``partitions``
         (or in none), and the units among them whose staging table exists; with ``own_unit``, also the
         smallest block number of that unit's ``pending`` rows (:mod:`~airflow_provider_s3ch.load.rebuild`)."""
-        data = self.hook.execute(render_read_partitions(self.ledger),
-                                 {"t": self.target, "p": list(partitions), "k": list(self.selection.reloaded)})
+        data = self.hook.execute(  # with this load's keys: a reloaded file's old versions, wherever they wrote
+            render_read_partitions(self.ledger, FILES_TABLE), {"t": self.target, "p": list(partitions)},
+            external_tables=[{"name": FILES_TABLE, "structure": [("key", "String")],
+                              "data": [{"key": k} for k in dict.fromkeys(o.key for o in self.files)]}],
+        )
         rows = [EarlierRow.model_validate({**dict(zip(REBUILD_FIELDS, r, strict=True)), "unit": unit_id(r[4], r[3])})
                 for r in data]
         own = [r for r in rows if r.load_id == self.own]
