@@ -138,10 +138,11 @@ class LedgerRun:
         )
         return [LedgerRow.model_validate(dict(zip(READ_FIELDS, row, strict=True))) for row in data]
 
-    def earlier(self, partitions: Sequence[str], *, own_unit: str | None = None) -> tuple[Any, ...]:
+    def earlier(self, partitions: Sequence[str]) -> tuple[list[EarlierRow], frozenset[str], int]:
         """The latest ``loaded`` and ``pending`` rows of the target's other loads recorded in ``partitions``
-        (or in none), and the units among them whose staging table exists; with ``own_unit``, also the
-        smallest block number of that unit's ``pending`` rows (:mod:`~airflow_provider_s3ch.load.rebuild`)."""
+        (or in none, or of this load's keys), the units among them whose staging table exists, and the
+        smallest block number of this load's own ``pending`` rows there (0: none;
+        :mod:`~airflow_provider_s3ch.load.rebuild`)."""
         data = self.hook.execute(  # with this load's keys: a reloaded file's old versions, wherever they wrote
             render_read_partitions(self.ledger, FILES_TABLE), {"t": self.target, "p": list(partitions)},
             external_tables=[{"name": FILES_TABLE, "structure": [("key", "String")],
@@ -152,11 +153,8 @@ class LedgerRun:
         own = [r for r in rows if r.load_id == self.own]
         others = [r for r in rows if r.load_id != self.own]
         pending = [r for r in others if r.state == "pending"]
-        in_flight = self.facts(pending).staging if pending else frozenset()  # type: ignore[arg-type]
-        if own_unit is None:
-            return others, in_flight
-        blocks = [r.block for r in own if r.unit == own_unit and r.state == "pending"]
-        return others, in_flight, min(blocks, default=0)
+        in_flight = self.facts(pending).staging if pending else frozenset()
+        return others, in_flight, min((r.block for r in own if r.state == "pending"), default=0)
 
     def listed(self) -> list[S3Object]:
         """The whole listing's objects (what the glob matched)."""
@@ -167,7 +165,7 @@ class LedgerRun:
         """The URL of the whole glob."""
         return self._url
 
-    def facts(self, rows: Sequence[LedgerRow]) -> LoadFacts:
+    def facts(self, rows: Sequence[LedgerRow | EarlierRow]) -> LoadFacts:
         """Which staging tables exist (of the load or of its chunks) and whose query runs, for this load and
         the loads with open rows."""
         ids = sorted({r.load_id for r in rows if r.state in ("claimed", "pending")} | {self.own})

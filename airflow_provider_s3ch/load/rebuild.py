@@ -23,7 +23,6 @@ from airflow_provider_s3ch.core.ledger_rebuild import (
     conflicts,
     plan_rebuild,
 )
-from airflow_provider_s3ch.core.ledger_rows import unit_id
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, S3Credentials, S3Object, TableRef
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId
 from airflow_provider_s3ch.core.sql import (
@@ -68,7 +67,7 @@ class PartitionRebuild:
         :raises RebuildRefused: an earlier file of those partitions cannot be read again as it was loaded.
         """
         ledger = self.ledger
-        rows, in_flight = ledger.earlier(staged)
+        rows, in_flight, _ = ledger.earlier(staged)
         keys = {o.key for o in ledger.files}
         wanted = candidates(rows, staged, bucket=ledger.bucket, keys=keys, in_flight=in_flight)
         listed: dict[str, S3Object | None] = {o.key: o for o in ledger.listed() if o.key in set(wanted)}
@@ -88,11 +87,11 @@ class PartitionRebuild:
                           else "", len(missing))
         return rebuild
 
-    def yield_to_earlier(self, rebuild: Rebuild, chunk_number: int) -> None:
+    def yield_to_earlier(self, rebuild: Rebuild) -> None:
         """After this load's ``pending`` rows: another load that is bringing rows into the same partitions and
         recorded them first goes first; this try fails (retryable), its staging table kept for the retry."""
         ledger = self.ledger
-        rows, in_flight, own_block = ledger.earlier(rebuild.partitions, own_unit=unit_id(ledger.own, chunk_number))
+        rows, in_flight, own_block = ledger.earlier(rebuild.partitions)
         first = conflicts(rows, rebuild.partitions, in_flight=in_flight, before=own_block)
         if first:
             raise LoadError(
@@ -173,5 +172,5 @@ def before_finalize(
     except RebuildRefused as exc:
         runner.refuse(steps, exc)
     ledger.pending(metrics, chunk, ids)
-    runner.yield_to_earlier(rebuild, chunk.number)
+    runner.yield_to_earlier(rebuild)
     return comment, parts, runner.build(rebuild, plan, steps, query_id) if rebuild.needed else None
