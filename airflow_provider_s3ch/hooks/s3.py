@@ -1,11 +1,5 @@
-"""S3 through Airflow's ``aws`` connection: listing, HeadObject, GetBucketLocation (footers: :mod:`.s3_footers`).
-
-AwsBaseHook is how Airflow users expect AWS credentials to work: keys, profiles,
-assumed roles, session tokens, ``endpoint_url`` in the extra. The worker uses it
-to list the bucket; ClickHouse gets the same credentials (frozen, with the session
-token if any) to read the objects itself. When the connection yields no
-credentials at all, the bucket is treated as public: listing is unsigned and
-ClickHouse reads with ``NOSIGN``.
+"""S3 through Airflow's ``aws`` connection: listing, HeadObject, GetBucketLocation (footers: :mod:`.s3_footers`;
+the client and the credentials: :mod:`.s3_source`).
 
 What a listing means (which keys are in, one format) is decided in
 :mod:`airflow_provider_s3ch.core.manifest`; this module only makes the calls.
@@ -16,15 +10,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
 
-import boto3.session
 from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
 from airflow_provider_s3ch.core import manifest as policy
-from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Credentials, S3Object
+from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.errors import BucketError, S3chError, S3UnavailableError, provider_errors
 from airflow_provider_s3ch.hooks.quiet import quiet_loggers
 from airflow_provider_s3ch.hooks.s3_footers import parquet_footer_stats
@@ -169,11 +163,14 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
     """
     with provider_errors():
         listing = policy.listing_for(request)
-        started = time.monotonic()
-        region, calls = _region_or_none(client, request.bucket)
-        region_ms = round((time.monotonic() - started) * 1000, 1)
-        started = time.monotonic()
-        _fill(client, request.bucket, listing)
+        # The bucket's location beside the listing (one request's wait, not two); its errors come first.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3ch-region") as pool:
+            located = pool.submit(_timed, _region_or_none, client, request.bucket)
+            started = time.monotonic()
+            try:
+                _fill(client, request.bucket, listing)
+            finally:
+                (region, calls), region_ms = located.result()
         fill_ms = (time.monotonic() - started) * 1000 / max(1, listing.calls)
         policy.check_listing(request, listing)
         manifest = policy.make_manifest(request, listing, region=region, calls=calls)
@@ -185,6 +182,12 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
         # average) and the footer reads (a footer read of a large object may also wait on the server reading it).
         quickest = min(region_ms, round(fill_ms, 1), manifest.request_ms or region_ms)
         return manifest.model_copy(update={"request_ms": quickest})
+
+
+def _timed(call: Any, *args: Any) -> tuple[Any, float]:
+    """``call(*args)`` and the milliseconds it took."""
+    started = time.monotonic()
+    return call(*args), round((time.monotonic() - started) * 1000, 1)
 
 
 def _scan(client: BaseClient, bucket: str, pattern: str) -> policy.Listing:
@@ -234,67 +237,3 @@ def _region_or_none(client: BaseClient, bucket: str) -> tuple[str | None, int]:
         if isinstance(cause, ClientError) and _error_code(cause) in _DENIED | _UNSUPPORTED:
             return None, 1
         raise
-
-
-class S3Source:
-    """A boto3 S3 client and the credentials ClickHouse needs, from one ``aws`` connection.
-
-    :param aws_conn_id: the Airflow connection id (``aws_default``); None for an
-        anonymous (public-bucket) client with default settings.
-    """
-
-    def __init__(self, aws_conn_id: str | None = "aws_default") -> None:
-        from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-
-        self.aws_conn_id = aws_conn_id
-        self.hook = AwsBaseHook(aws_conn_id=aws_conn_id, client_type="s3")
-        self._session: boto3.session.Session | None = None
-        self._credentials: S3Credentials | None | bool = False
-
-    @property
-    def endpoint_url(self) -> str | None:
-        """The connection's ``endpoint_url`` (extra), if any."""
-        return self.hook.conn_config.endpoint_url
-
-    @property
-    def session(self) -> boto3.session.Session:
-        if self._session is None:
-            self._session = self.hook.get_session()
-        return self._session
-
-    @quiet_loggers()
-    def credentials(self) -> S3Credentials | None:
-        """Frozen credentials for ClickHouse, masked in logs by the amazon provider; None when anonymous."""
-        if self._credentials is False:
-            live = self.session.get_credentials()
-            if live is None:
-                self._credentials = None
-            else:
-                # Frozen from this source's one session (as the amazon hook's get_credentials does, without
-                # building a second session), and registered with the secrets masker.
-                from airflow_provider_s3ch.compat import mask_secret
-
-                frozen = live.get_frozen_credentials()
-                mask_secret(frozen.secret_key)
-                if frozen.token:
-                    mask_secret(frozen.token)
-                self._credentials = S3Credentials(
-                    access_key_id=frozen.access_key,
-                    secret_access_key=frozen.secret_key,
-                    session_token=frozen.token or None,
-                )
-        return self._credentials  # type: ignore[return-value]
-
-    def client(self) -> BaseClient:
-        """A boto3 S3 client; unsigned when the connection has no credentials."""
-        from botocore import UNSIGNED
-        from botocore.config import Config
-
-        kwargs: dict[str, Any] = {"endpoint_url": self.endpoint_url}
-        if self.credentials() is None:
-            kwargs["config"] = Config(signature_version=UNSIGNED)
-        else:
-            config = self.hook.config
-            if config is not None:
-                kwargs["config"] = config
-        return self.session.client("s3", **kwargs)

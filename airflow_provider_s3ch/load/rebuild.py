@@ -34,7 +34,8 @@ from airflow_provider_s3ch.core.sql import (
 from airflow_provider_s3ch.core.staging import RebuildSource
 from airflow_provider_s3ch.errors import LoadError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.s3 import S3Source, _head, _stamp
+from airflow_provider_s3ch.hooks.s3 import _head, _stamp
+from airflow_provider_s3ch.hooks.s3_source import S3Source
 from airflow_provider_s3ch.hooks.server import partitions, table_comment
 from airflow_provider_s3ch.load.ledger import LedgerRun
 

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,7 +43,8 @@ from airflow_provider_s3ch.core.staging import RebuildSource, finalize_statement
 from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import LoadError, S3chError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
+from airflow_provider_s3ch.hooks.s3 import build_manifest
+from airflow_provider_s3ch.hooks.s3_source import S3Source
 from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_comment
 from airflow_provider_s3ch.load.insert import Inserter, run_steps
 from airflow_provider_s3ch.load.ledger import LedgerRun
@@ -114,27 +115,28 @@ class LoadRun:
         """
         started = time.monotonic()
         request = self.request
-        source = S3Source(self.options.aws_conn_id)
-        credentials = source.credentials()  # the connection and the session here; the secrets masker told
-        # The S3 client (botocore builds its service model: the costliest step) and the listing run in a thread
-        # while this one reads the server's profile; S3's errors still come first.
-        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3ch-listing")
-        listing = pool.submit(lambda: build_manifest(source.client(), request))
-        pool.shutdown(wait=False)
         hook = ClickHouseHook(self.options.clickhouse_conn_id)
-        self.inserter = Inserter(hook, credentials, self.log)
+        # The server's profile is read in a thread (the connection is read: the thread makes no Airflow calls,
+        # which are not thread-safe on every Airflow version) while this one builds the S3 side: the aws
+        # connection and its session (the secrets masker told), botocore's client (its service model: the
+        # costliest step), the region and the listing; S3's errors still come first.
+        pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3ch-profile")
+        early_read = pool.submit(self._early_profile, hook)
+        pool.shutdown(wait=False)
         ledger = None
         loads: list[Loaded] = []
         try:
-            with self._phase("target"):
-                early = self._early_profile(hook)
             try:
                 with self._phase("s3"):
-                    manifest = listing.result()
+                    source = S3Source(self.options.aws_conn_id)
+                    self.inserter = Inserter(hook, source.credentials(), self.log)
+                    manifest = build_manifest(source.client(), request)
             except NothingMatchedError as exc:
                 if request.skip_when_empty and not request.dry_run:
                     raise NothingNew(f"{exc.args[0].split(';')[0]}: skipped (skip_when_empty=True)") from exc
                 raise
+            with self._phase("target"):
+                early = early_read.result()
             if isinstance(early, BaseException):
                 raise early
             self.log.info("Manifest: %d files, %s, format %s, compression %s, bucket region %s",
@@ -189,6 +191,7 @@ class LoadRun:
                 raise hinted from exc
             raise
         finally:
+            wait([early_read])  # the profile read ends before its client is closed
             hook.close()
 
     def _one(

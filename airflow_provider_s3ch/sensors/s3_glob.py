@@ -17,7 +17,7 @@ from airflow_provider_s3ch import errors
 from airflow_provider_s3ch.compat import BaseSensorOperator, Context, PokeReturnValue, conf
 from airflow_provider_s3ch.core.readiness import WaitRequest
 from airflow_provider_s3ch.errors import S3chError, S3chTransientError, provider_errors
-from airflow_provider_s3ch.hooks.s3 import S3Source
+from airflow_provider_s3ch.hooks.s3_source import S3Source
 from airflow_provider_s3ch.triggers.s3_glob import S3GlobTrigger, look
 
 

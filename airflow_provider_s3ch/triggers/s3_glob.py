@@ -16,7 +16,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from airflow_provider_s3ch.core.readiness import Readiness, WaitRequest, readiness
 from airflow_provider_s3ch.errors import S3chError, provider_errors
-from airflow_provider_s3ch.hooks.s3 import S3Source, list_matching
+from airflow_provider_s3ch.hooks.s3 import list_matching
+from airflow_provider_s3ch.hooks.s3_source import S3Source
 
 
 def look(source: S3Source, request: WaitRequest) -> Readiness:

@@ -24,7 +24,8 @@ from airflow.providers.common.compat.sdk import AirflowSensorTimeout
 from airflow_provider_s3ch.compat import AIRFLOW_3
 from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.errors import BucketError, NoObjectsError
-from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
+from airflow_provider_s3ch.hooks.s3 import build_manifest
+from airflow_provider_s3ch.hooks.s3_source import S3Source
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.cli import read_xcom
 from airflow_provider_s3ch.sensors.s3_glob import S3GlobSensor

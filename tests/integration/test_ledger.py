@@ -26,7 +26,8 @@ from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, QueryId
 from airflow_provider_s3ch.errors import InvalidRequestError, PlanError, S3chError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.s3 import S3Source, build_manifest
+from airflow_provider_s3ch.hooks.s3 import build_manifest
+from airflow_provider_s3ch.hooks.s3_source import S3Source
 from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
