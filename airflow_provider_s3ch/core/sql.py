@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -390,30 +391,34 @@ def render_set_comment(table: TableRef, comment: str) -> str:
     return f"ALTER TABLE {render_table(table)} MODIFY COMMENT {quote_literal(comment)}"
 
 
-def render_move_partition(staging: TableRef, target: TableRef, partition_id: str) -> str:
-    """``ALTER TABLE staging MOVE PARTITION ID 'p' TO TABLE target``: atomic per partition.
+def render_move_partitions(staging: TableRef, target: TableRef, partition_ids: Sequence[str]) -> str:
+    """``ALTER TABLE staging MOVE PARTITION ID 'p' TO TABLE target[, MOVE PARTITION ID 'q' TO TABLE target…]``:
+    one round trip; the server applies the commands in order, each atomic for its partition (a partition the
+    staging table no longer has is a no-op: a retry repeats the statement).
 
-    :param staging: the table the partition leaves.
-    :param target: the table it joins.
-    :param partition_id: the partition's id (``system.parts.partition_id``).
+    :param staging: the table the partitions leave.
+    :param target: the table they join.
+    :param partition_ids: the partitions' ids (``system.parts.partition_id``), at least one.
     """
-    return (
-        f"ALTER TABLE {render_table(staging)} MOVE PARTITION ID {quote_literal(partition_id)} "
-        f"TO TABLE {render_table(target)}"
-    )
+    into = render_table(target)
+    return f"ALTER TABLE {render_table(staging)} " + ", ".join(
+        f"MOVE PARTITION ID {quote_literal(pid)} TO TABLE {into}" for pid in partition_ids)
 
 
-def render_replace_partition(target: TableRef, staging: TableRef, partition_id: str) -> str:
-    """``ALTER TABLE target REPLACE PARTITION ID 'p' FROM staging``: atomic per partition, idempotent.
+def render_replace_partitions(target: TableRef, staging: TableRef, partition_ids: Sequence[str],
+                              drop: Sequence[str] = ()) -> str:
+    """``ALTER TABLE target REPLACE PARTITION ID 'p' FROM staging[, …][, DROP PARTITION ID 'q'…]``: one round
+    trip; each command atomic for its partition, idempotent (the staging table keeps its copy).
 
-    :param target: the table whose partition is replaced.
-    :param staging: the table holding the new partition (it keeps its copy).
-    :param partition_id: the partition's id (``system.parts.partition_id``).
+    :param target: the table whose partitions are replaced.
+    :param staging: the table holding the new partitions.
+    :param partition_ids: the partitions' ids (``system.parts.partition_id``).
+    :param drop: partition ids dropped from the target after them (no row of them is left).
     """
-    return (
-        f"ALTER TABLE {render_table(target)} REPLACE PARTITION ID {quote_literal(partition_id)} "
-        f"FROM {render_table(staging)}"
-    )
+    source = render_table(staging)
+    return f"ALTER TABLE {render_table(target)} " + ", ".join(
+        [f"REPLACE PARTITION ID {quote_literal(pid)} FROM {source}" for pid in partition_ids]
+        + [f"DROP PARTITION ID {quote_literal(pid)}" for pid in drop])
 
 
 def render_attach_partition(table: TableRef, source: TableRef, partition_id: str) -> str:

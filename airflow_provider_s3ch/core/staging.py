@@ -16,13 +16,15 @@ from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.recovery import STAGING_MARKER, FilledMark, LoadSteps, is_marker
 from airflow_provider_s3ch.core.sql import (
     render_create_staging,
-    render_drop_partition,
     render_drop_table,
     render_exchange,
-    render_move_partition,
-    render_replace_partition,
+    render_move_partitions,
+    render_replace_partitions,
     render_set_comment,
 )
+
+#: Partition commands per ``ALTER`` (one round trip each; a statement well inside ``max_query_size``).
+PARTITIONS_PER_ALTER = 100
 
 # ---------------------------------------------------------------------- overwrite: where a swap stands
 
@@ -177,20 +179,37 @@ def finalize_statements(
         return FinalizePlan(done_before=True)
     if rebuild is not None and steps.finalize == "replace":
         out = _marking(staging, staging_comment, mark)
-        out += [Step(render_replace_partition(target, rebuild.table, pid), f"Replaced partition {value} (rebuilt)")
-                for pid, value in rebuild.present]
-        out += [Step(render_drop_partition(target, pid), f"Dropped partition id {pid}: no file holds its rows now")
-                for pid in rebuild.drop]
+        out += [Step(render_replace_partitions(target, rebuild.table, ids, drop), _moved("Replaced", values, drop))
+                for ids, values, drop in _batches(rebuild.present, rebuild.drop)]
         out += [Step(render_drop_table(rebuild.table), ""), Step(render_drop_table(staging), "")]
         return FinalizePlan(steps=out, partitions=[value for _, value in rebuild.present])
     out = _marking(staging, staging_comment, mark) if staging_partitions else []
-    for partition_id, value in staging_partitions:
+    for ids, values, _ in _batches(staging_partitions):
         if steps.finalize == "move":
-            out.append(Step(render_move_partition(staging, target, partition_id), f"Moved partition {value}"))
+            out.append(Step(render_move_partitions(staging, target, ids), _moved("Moved", values)))
         else:
-            out.append(Step(render_replace_partition(target, staging, partition_id), f"Replaced partition {value}"))
+            out.append(Step(render_replace_partitions(target, staging, ids), _moved("Replaced", values)))
     out.append(Step(render_drop_table(staging), ""))
     return FinalizePlan(steps=out, partitions=[value for _, value in staging_partitions])
+
+
+def _batches(partitions: Sequence[tuple[str, str]], drop: Sequence[str] = ()
+             ) -> list[tuple[list[str], list[str], list[str]]]:
+    """(ids, values, ids to drop) per ``ALTER``: :data:`PARTITIONS_PER_ALTER` commands each, the drops last."""
+    commands = [(pid, value, False) for pid, value in partitions] + [(pid, "", True) for pid in drop]
+    out = []
+    for start in range(0, len(commands), PARTITIONS_PER_ALTER):
+        batch = commands[start:start + PARTITIONS_PER_ALTER]
+        out.append(([pid for pid, _, d in batch if not d], [v for _, v, d in batch if not d],
+                    [pid for pid, _, d in batch if d]))
+    return out
+
+
+def _moved(verb: str, values: Sequence[str], dropped: Sequence[str] = ()) -> str:
+    """The log line of one partition ``ALTER``."""
+    line = f"{verb} partition{'s' if len(values) != 1 else ''} {', '.join(values)}" if values else ""
+    gone = f"dropped partition id{'s' if len(dropped) != 1 else ''} {', '.join(dropped)}: no file holds their rows now"
+    return "; ".join(part for part in (line, gone if dropped else "") if part)
 
 
 def _marking(staging: TableRef, staging_comment: str | None, mark: FilledMark | None) -> list[Step]:

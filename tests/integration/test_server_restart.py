@@ -1,11 +1,11 @@
 """A server that restarts between two tries: the retry finishes the load from the server's durable state.
 
-Try 1 of a load stops right after the first statement of its last step (``append``: the first ``MOVE
-PARTITION``; ``overwrite``: ``EXCHANGE TABLES``), as a worker that died there would; then the ClickHouse node
-is SIGKILLed and started again on the same data directory (:meth:`LocalStack.restart_node`). The restarted
-node's ``system.query_log`` no longer lists try 1, so the only witness that its insert finished is the mark it
-left on the staging table (on the target, after the swap). Try 2 must bring the rest in without inserting
-again: every file's rows exactly once, per partition, and the target's own comment back.
+Try 1 of a load stops right after the first command of its last step (``append``: the first ``MOVE PARTITION``
+of its one ``ALTER``; ``overwrite``: ``EXCHANGE TABLES``), as a worker that died there would; then the
+ClickHouse node is SIGKILLed and started again on the same data directory (:meth:`LocalStack.restart_node`).
+The restarted node's ``system.query_log`` no longer lists try 1, so the only witness that its insert finished
+is the mark it left on the staging table (on the target, after the swap). Try 2 must bring the rest in without
+inserting again: every file's rows exactly once, per partition, and the target's own comment back.
 
 Each case runs on the synchronous path and the deferred one (try 1's insert over HTTP, finished in
 ``execute_complete``). The module has its own stack: it restarts the node.
@@ -63,16 +63,21 @@ class WorkerDied(BaseException):
 
 
 def _stop_after_first(monkeypatch: pytest.MonkeyPatch, words: str) -> list[str]:
-    """Make the load's last step stop right after its first statement that contains ``words``."""
+    """Make the load's last step stop right after the first command of its first statement that contains
+    ``words``: the partitions' one ``ALTER`` applied up to its first ``MOVE PARTITION`` (the server applies an
+    ALTER's commands in order, each atomic), as when the worker or the server died during it."""
     ran: list[str] = []
     real = load_run.run_steps
 
     def steps_then_die(hook: Any, steps: Any, log: Any) -> None:
         for step in steps:
+            if words in step.sql:
+                first = step._replace(sql=step.sql.split(f", {words}")[0])
+                real(hook, [first], log)
+                ran.append(first.sql)
+                raise WorkerDied(first.sql)
             real(hook, [step], log)
             ran.append(step.sql)
-            if words in step.sql:
-                raise WorkerDied(step.sql)
 
     monkeypatch.setattr(load_run, "run_steps", steps_then_die)
     return ran

@@ -95,7 +95,6 @@ def test_the_finalize_replaces_from_the_rebuild_table_and_drops_both_tables() ->
     plan = finalize_statements(steps, staging_comment="", target_comment=None, staging_partitions=[("1", "1")],
                                rebuild=RebuildSource(table=rebuilt, present=[("1", "1")], drop=["2"]))
     sql = [s.sql for s in plan.steps]
-    assert sql == ["ALTER TABLE `d`.`t` REPLACE PARTITION ID '1' FROM `d`.`_s3ch_stage_xr`",
-                   "ALTER TABLE `d`.`t` DROP PARTITION ID '2'",
+    assert sql == ["ALTER TABLE `d`.`t` REPLACE PARTITION ID '1' FROM `d`.`_s3ch_stage_xr`, DROP PARTITION ID '2'",
                    "DROP TABLE IF EXISTS `d`.`_s3ch_stage_xr` SYNC", "DROP TABLE IF EXISTS `d`.`_s3ch_stage_x` SYNC"]
     assert plan.partitions == ["1"]

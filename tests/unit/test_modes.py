@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -27,11 +29,12 @@ from airflow_provider_s3ch.core.sql import (
     render_create_staging,
     render_drop_table,
     render_exchange,
-    render_move_partition,
-    render_replace_partition,
+    render_move_partitions,
+    render_replace_partitions,
     render_set_comment,
 )
 from airflow_provider_s3ch.core.staging import (
+    PARTITIONS_PER_ALTER,
     abandon_statements,
     finalize_statements,
     overwrite_steps,
@@ -176,11 +179,16 @@ def test_staging_statements_quote_every_name() -> None:
     stage = TableRef(database="d`b", name=f"{STAGING_PREFIX}{STEM}")
     assert render_create_staging(stage, target) == f"CREATE TABLE `d\\`b`.`{STAGING_PREFIX}{STEM}` AS `d\\`b`.`t'x`"
     assert render_drop_table(stage) == f"DROP TABLE IF EXISTS `d\\`b`.`{STAGING_PREFIX}{STEM}` SYNC"
-    assert render_move_partition(stage, target, "2008'07") == (
+    assert render_move_partitions(stage, target, ["2008'07"]) == (
         f"ALTER TABLE `d\\`b`.`{STAGING_PREFIX}{STEM}` MOVE PARTITION ID '2008\\'07' TO TABLE `d\\`b`.`t'x`"
     )
-    assert render_replace_partition(target, stage, "200807") == (
-        f"ALTER TABLE `d\\`b`.`t'x` REPLACE PARTITION ID '200807' FROM `d\\`b`.`{STAGING_PREFIX}{STEM}`"
+    assert render_move_partitions(stage, target, ["1", "2"]) == (
+        f"ALTER TABLE `d\\`b`.`{STAGING_PREFIX}{STEM}` MOVE PARTITION ID '1' TO TABLE `d\\`b`.`t'x`, "
+        "MOVE PARTITION ID '2' TO TABLE `d\\`b`.`t'x`"
+    )
+    assert render_replace_partitions(target, stage, ["200807"], drop=["x'"]) == (
+        f"ALTER TABLE `d\\`b`.`t'x` REPLACE PARTITION ID '200807' FROM `d\\`b`.`{STAGING_PREFIX}{STEM}`, "
+        "DROP PARTITION ID 'x\\''"
     )
     assert render_exchange(target, stage) == f"EXCHANGE TABLES `d\\`b`.`t'x` AND `d\\`b`.`{STAGING_PREFIX}{STEM}`"
     assert render_set_comment(target, "it's") == "ALTER TABLE `d\\`b`.`t'x` MODIFY COMMENT 'it\\'s'"
@@ -238,17 +246,30 @@ def test_a_fresh_overwrite_after_an_unfinished_swap_puts_the_targets_comment_bac
 @pytest.mark.parametrize(
     ("mode", "verb"), [("append", "MOVE PARTITION ID"), ("replace_partitions", "REPLACE PARTITION ID")]
 )
-def test_finalize_moves_or_replaces_each_partition_then_drops_the_staging_table(mode: str, verb: str) -> None:
+def test_finalize_moves_or_replaces_the_partitions_in_one_alter_then_drops_the_staging_table(
+    mode: str, verb: str
+) -> None:
     f = finalize_statements(_steps(mode), staging_comment="", target_comment="", staging_partitions=PARTS)
-    assert [verb in s.sql for s in f.steps] == [True, True, False]
-    assert "'200807'" in f.steps[0].sql and "'200808'" in f.steps[1].sql
+    assert [s.sql.count(verb) for s in f.steps] == [2, 0]
+    assert "'200807'" in f.steps[0].sql and "'200808'" in f.steps[0].sql
+    assert f.steps[0].note.endswith("partitions 200807, 200808")
     assert f.steps[-1].sql.startswith("DROP TABLE IF EXISTS") and f.partitions == ["200807", "200808"]
     assert not f.done_before
     # A retry after the worker died half-way: only what is left in the staging table.
     rest = finalize_statements(_steps(mode), staging_comment="", target_comment="", staging_partitions=PARTS[1:])
-    assert rest.partitions == ["200808"] and len(rest.steps) == 2
+    assert rest.partitions == ["200808"] and len(rest.steps) == 2 and rest.steps[0].sql.count(verb) == 1
     gone = finalize_statements(_steps(mode), staging_comment=None, target_comment="", staging_partitions=[])
     assert gone.done_before and gone.steps == [] and gone.partitions == []
+
+
+@pytest.mark.parametrize("mode", ["append", "replace_partitions"])
+def test_finalize_sends_at_most_a_batch_of_partition_commands_per_alter(mode: str) -> None:
+    parts = [(str(i), f"p{i}") for i in range(2 * PARTITIONS_PER_ALTER + 1)]
+    f = finalize_statements(_steps(mode), staging_comment="", target_comment="", staging_partitions=parts)
+    counts = [s.sql.count("PARTITION ID") for s in f.steps[:-1]]
+    assert counts == [PARTITIONS_PER_ALTER, PARTITIONS_PER_ALTER, 1] and f.partitions == [v for _, v in parts]
+    sent = [pid for s in f.steps[:-1] for pid in re.findall(r"PARTITION ID '(\d+)'", s.sql)]
+    assert sent == [pid for pid, _ in parts]
 
 
 def test_finalize_overwrite_swaps_restores_the_comment_and_drops_the_old_table() -> None:
