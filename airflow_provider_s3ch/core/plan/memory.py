@@ -11,8 +11,9 @@ The model (per node; the terms add up, then two bounds apply):
 - per reading stream (``max_threads``, at most the file count): for Parquet,
   :data:`PEAK_ROW_GROUP_FACTOR` x the largest row group (footers); for other formats
   :data:`PEAK_TEXT_READ_FACTOR` x its share of a file, up to :data:`PEAK_TEXT_READ_BYTES`;
-- the whole bounded by ``max_memory_usage``: the server stops the query there, so a prediction at the
-  cap means the load will likely stop.
+- the whole bounded by ``max_memory_usage``: the server stops the query there, so a prediction that
+  reaches the cap even at the band's low end (:data:`PEAK_BAND`) means the load will likely stop, and one
+  within the band of the cap that it may.
 
 The constants are fitted on the benchmark's 90 loads from S3 (4 datasets, Parquet and gzip'd CSV,
 3 to 400 files, 1-4 insert threads, 5 MiB to 3.2 GiB blocks, memory caps from 256 MiB; make bench,
@@ -69,7 +70,8 @@ class PeakEstimate(BaseModel):
     model_bytes: int
     #: The terms before the bounds (bytes): base, blocks, reading.
     terms: dict[str, int]
-    #: True when the prediction reaches ``max_memory_usage``: the load will likely stop there.
+    #: True when the prediction reaches ``max_memory_usage`` even at the band's low end: the load will likely
+    #: stop there.
     at_cap: bool = False
 
 
@@ -126,9 +128,14 @@ def predict_peak(
     if scale != 1.0:
         reason += f", x {scale:.2f} (measured / predicted on earlier loads of this target)"
     cap = _int(values.get("max_memory_usage"), 0)
-    at_cap = bool(cap) and predicted >= cap
-    if at_cap:
-        reason += f": reaches max_memory_usage {fmt_bytes(cap)}, where the server stops the load"
+    at_cap = bool(cap) and predicted * PEAK_BAND[0] >= cap
+    if at_cap:  # even the model's low end: the server stops the query at the cap
+        reason += (f": reaches max_memory_usage {fmt_bytes(cap)} even at the model's low end "
+                   f"(x {PEAK_BAND[0]:g}), where the server stops the query")
+        predicted = cap
+    elif cap and predicted >= cap:  # within the model's band of the cap: it may fit or not
+        reason += (f": {fmt_bytes(predicted)}, at most max_memory_usage {fmt_bytes(cap)}: within the model's "
+                   f"band ({PEAK_BAND[0]:g}-{PEAK_BAND[1]:g}) of the cap, the load may stay under it or stop there")
         predicted = cap
     return PeakEstimate(bytes=predicted, reason=reason, model_bytes=model,
                         terms={"base": base, "blocks": blocks, "reading": reading}, at_cap=at_cap)
