@@ -47,6 +47,19 @@ def place(plan: dict[str, Any], points: list[dict[str, Any]], budget: int) -> di
     return out
 
 
+def predicted(planned: Any, settings: dict[str, Any]) -> int:
+    """The planner's predicted peak for a grid point's settings (docs/tuning.md), from the plan's manifest."""
+    from airflow_provider_s3ch.core.plan import predict_peak
+
+    return predict_peak(settings, planned.manifest, cores=planned.profile.cores, fmt=planned.plan.format,
+                        compression=planned.plan.compression).bytes
+
+
+def _ratio(row: dict[str, Any]) -> str:
+    """measured / predicted, or - where either is missing."""
+    return f"{row['peak_memory'] / row['predicted']:.2f}" if row.get("peak_memory") and row.get("predicted") else "-"
+
+
 def bench_grid(stack: Any, client: Any, ds: Any, planned: Any, plan_load: dict[str, Any], rows: int,
                log: Any = print) -> dict[str, Any]:
     """The grid's loads, the frontier, the plan's place, and the operator under each cap."""
@@ -67,7 +80,8 @@ def bench_grid(stack: Any, client: Any, ds: Any, planned: Any, plan_load: dict[s
         finally:
             client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
         point = {"label": label, "threads": threads, "block_bytes": block, "ok": r["ok"] and table_rows == rows,
-                 "duration_s": r.get("duration_s"), "peak_memory": r.get("peak_memory"), "error": r.get("error")}
+                 "duration_s": r.get("duration_s"), "peak_memory": r.get("peak_memory"), "error": r.get("error"),
+                 "predicted": predicted(planned, settings)}
         points.append(point)
         log(f"large grid {label}: {point['duration_s']} s, peak {(point['peak_memory'] or 0) / MiB:,.0f} MiB, "
             f"rows {'=' if point['ok'] else '!='} {rows:,} {point['error'] or ''}")
@@ -99,18 +113,19 @@ def lines(grid: dict[str, Any]) -> list[str]:
         return []
     on = set(grid.get("frontier") or [])
     out = ["### Memory/speed frontier at this size", "",
-           "| load | insert s | peak MiB | predicted MiB | on the frontier |", "|---|---:|---:|---:|:---:|"]
+           "| load | insert s | peak MiB | predicted MiB | measured / predicted | on the frontier |",
+           "|---|---:|---:|---:|---:|:---:|"]
     for p in grid.get("points", []):
         err = f" FAILED: {p['error']}" if p.get("error") else ""
-        out.append(f"| {p['label']}{err} | {p['duration_s']} | {(p['peak_memory'] or 0) / MiB:,.0f} | - | "
-                   f"{'yes' if p['label'] in on else ''} |")
+        out.append(f"| {p['label']}{err} | {p['duration_s']} | {(p['peak_memory'] or 0) / MiB:,.0f} | "
+                   f"{(p.get('predicted') or 0) / MiB:,.0f} | {_ratio(p)} | {'yes' if p['label'] in on else ''} |")
     plan = grid.get("plan") or {}
     out.append(f"| the plan (c) | {plan.get('duration_s')} | {(plan.get('peak_memory') or 0) / MiB:,.0f} | "
-               f"{(plan.get('predicted') or 0) / MiB:,.0f} | |")
+               f"{(plan.get('predicted') or 0) / MiB:,.0f} | {_ratio(plan)} | |")
     for c in grid.get("caps", []):
         err = f" FAILED: {c['error']}" if c.get("error") else ""
         out.append(f"| operator, memory_cap {c['cap']}{err} | {c['duration_s']} | {(c['peak_memory'] or 0) / MiB:,.0f}"
-                   f" | {(c.get('predicted') or 0) / MiB:,.0f} | within cap: {c['within_cap']} |")
+                   f" | {(c.get('predicted') or 0) / MiB:,.0f} | {_ratio(c)} | within cap: {c['within_cap']} |")
     place = grid.get("place") or {}
     if place.get("fastest"):
         out += ["", f"The fastest point within the plan's budget ({place['budget_bytes'] / GiB:.1f} GiB) is "
