@@ -29,7 +29,7 @@ What varies from run to run is normalised (:class:`Placeholders`, :func:`stateme
 
 The recorded plans follow the server's cores: on a server with other cores the comparisons are skipped,
 saying so. The loads read at most two Parquet files per node: from three on (more than the cores) the plan
-adds reading streams when the listing's quickest S3 call took 25 ms or more, which a busy machine can make.
+adds reading streams when the listing's quickest S3 call took 15 ms or more, which a busy machine can make.
 
 ``S3CH_RECORD_GOLDENS=1`` writes the goldens instead of comparing them: record from the code the goldens
 describe, e.g. a worktree of it with this file copied in (pytest puts its rootdir first on ``sys.path``, so
@@ -368,7 +368,7 @@ def months(stack: LocalStack) -> SampleDataset:
     """3,000 posts in two monthly Parquet files (2008-07, 2008-08).
 
     No more Parquet files per node than the server's two cores: from three on, the plan adds reading streams
-    when the listing's quickest S3 call took 25 ms or more, which moto on a busy machine sometimes does."""
+    when the listing's quickest S3 call took 15 ms or more, which moto on a busy machine sometimes does."""
     return write_posts(stack.s3_client(), SAMPLE_BUCKET, rows=3_000, months=2, prefix="goldens/months/")
 
 

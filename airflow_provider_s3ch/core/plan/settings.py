@@ -66,12 +66,14 @@ SMALL_FILE_BYTES = 100 * MiB
 
 #: From this S3 request latency (ms: the quickest of the listing's calls: location, list pages, footer reads)
 #: on, a Parquet load reads with :data:`LATENT_READING_THREADS` streams: each stream waits on S3 most of the
-#: time. A local S3 on a starved CPU answered in up to ~18 ms, so the threshold sits above that; it errs on
-#: the side of the cores (8 streams straight from a local S3 cost 0-8 % in the benchmark).
+#: time. In-region S3 answers a small request in 10-50 ms; a local S3 in 1-10 ms (up to ~18 ms on a starved
+#: CPU, where the plan may then read with 8 streams: straight from a local S3 they cost 0-8 % in the
+#: benchmark, and in its latest grid nothing: 1.42 s against 1.44 s). At 25 ms the benchmark's 20 ms proxy
+#: stayed under the threshold and its insert was only 1.2x the defaults' (1.7x at 50 ms, with 8 streams).
 #: Through a proxy adding 30 ms per request (80 MB/s per connection), 8 reading threads took the insert
-#: of 20 Parquet files from 0.80 to 0.60-0.67 of ClickHouse's defaults; straight from a loopback S3
-#: (1-5 ms) they were a small loss, and on gzip'd CSV no gain either way (docs/benchmarks.md).
-LATENT_REQUEST_MS = 25.0
+#: of 20 Parquet files from 0.80 to 0.60-0.67 of ClickHouse's defaults; on gzip'd CSV no gain either way
+#: (docs/benchmarks.md).
+LATENT_REQUEST_MS = 15.0
 LATENT_READING_THREADS = 8
 
 #: Under this per-node budget, ``max_insert_delayed_streams_for_parallel_write`` is lowered.
