@@ -74,7 +74,7 @@ bench-large: venv
 	$(PY) -m bench.run --large --grid
 
 ## bench-peers: the end-to-end section with dlt's ClickHouse destination as a third peer (dlt in its own
-## venv .venv-dlt, apart from the provider's dependencies; direct, 20 ms and 50 ms: ~9 min, writes bench/results/end_to_end.json)
+## venv .venv-dlt, apart from the provider's dependencies; direct, 20 ms and 50 ms, three rounds: ~15 min, writes bench/results/end_to_end.json)
 DLT_VENV := .venv-dlt
 
 bench-peers: venv $(DLT_VENV)/.installed

@@ -70,10 +70,10 @@ def full_config() -> Config:
             DatasetSpec("e2e_parquet_20", "parquet", 400_000, 20, "end to end: 20 Parquet files (~5.4 MB each)"),
             DatasetSpec("e2e_csvgz_10", "csv.gz", 400_000, 10, "end to end: 10 gzip'd CSV files (~9 MB each)"),
         ],
-        # One round of chunks and of the latency variants, two of end to end: the sections added last cost
-        # 2.7 min of `make bench` this way.
+        # One round of chunks and of the latency variants, three of end to end (a median of three interleaved
+        # runs per variant, at each S3 distance).
         chunk_repeats=1,
-        e2e_repeats=2,
+        e2e_repeats=3,
         latency_repeats=1,
     )
 
