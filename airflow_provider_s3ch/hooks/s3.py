@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -105,6 +105,21 @@ def _head(client: BaseClient, bucket: str, key: str) -> dict[str, Any] | None:
         raise _bucket_error(exc, bucket, "head", key) from exc
     except BotoCoreError as exc:
         raise _botocore_error(exc) from exc
+
+
+@quiet_loggers()
+def head_objects(client: BaseClient, bucket: str, keys: Iterable[str]) -> dict[str, S3Object | None]:
+    """One HeadObject per key: the object with its size, ETag and last-modified time (the file ledger's
+    version), or None where the key does not exist."""
+    out: dict[str, S3Object | None] = {}
+    for key in keys:
+        head = _head(client, bucket, key)
+        if head is None:
+            out[key] = None
+            continue
+        out[key] = obj = S3Object(key=key, size=int(head.get("ContentLength") or 0))
+        _stamp([obj], {key: head})
+    return out
 
 
 @quiet_loggers()

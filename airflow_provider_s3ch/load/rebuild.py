@@ -34,7 +34,7 @@ from airflow_provider_s3ch.core.sql import (
 from airflow_provider_s3ch.core.staging import RebuildSource
 from airflow_provider_s3ch.errors import LoadError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.s3 import _head, _stamp
+from airflow_provider_s3ch.hooks.s3 import head_objects
 from airflow_provider_s3ch.hooks.s3_source import S3Source
 from airflow_provider_s3ch.hooks.server import partitions, table_comment
 from airflow_provider_s3ch.load.ledger import LedgerRun
@@ -74,12 +74,7 @@ class PartitionRebuild:
         listed: dict[str, S3Object | None] = {o.key: o for o in ledger.listed() if o.key in set(wanted)}
         missing = [k for k in wanted if k not in listed]
         if missing:  # keys outside this run's glob (another month's run): one HeadObject each
-            client = self.source.client()
-            for key in missing:
-                head = _head(client, ledger.bucket, key)
-                obj = S3Object(key=key, size=int((head or {}).get("ContentLength") or 0))
-                _stamp([obj], {key: head} if head is not None else {})
-                listed[key] = obj if head is not None else None
+            listed.update(head_objects(self.source.client(), ledger.bucket, missing))
         rebuild = plan_rebuild(staged, rows, bucket=ledger.bucket, keys=keys, in_flight=in_flight, listed=listed)
         if rebuild.needed:
             self.log.info("Ledger: partition(s) %s hold rows of %d file(s) loaded earlier: rebuilding them with those "
