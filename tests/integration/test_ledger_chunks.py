@@ -172,10 +172,10 @@ elif boundary == "after_ledger":  # the chunk is committed and recorded; the nex
 elif boundary in ("mid_moves", "before_insert"):
     execute, insert = ClickHouseHook.execute, ClickHouseHook.run_insert
     def execute_then_die(self, sql, *a, **k):
-        out = execute(self, sql, *a, **k)
-        if here() and "MOVE PARTITION" in sql:
+        if here() and "MOVE PARTITION" in sql:  # the moves' one ALTER applied up to its first command
+            execute(self, sql.split(", MOVE PARTITION")[0], *a, **k)
             die()
-        return out
+        return execute(self, sql, *a, **k)
     def die_before_insert(self, *a, **k):
         if here():
             die()
