@@ -44,7 +44,7 @@ from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import LoadError, S3chError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.s3 import build_manifest
-from airflow_provider_s3ch.hooks.s3_source import S3Source
+from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
 from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_comment
 from airflow_provider_s3ch.load.insert import Inserter, run_steps
 from airflow_provider_s3ch.load.ledger import LedgerRun
@@ -127,7 +127,7 @@ class LoadRun:
         loads: list[Loaded] = []
         try:
             try:
-                with self._phase("s3"):
+                with self._phase("s3"), paused_gc():
                     source = S3Source(self.options.aws_conn_id)
                     self.inserter = Inserter(hook, source.credentials(), self.log)
                     manifest = build_manifest(source.client(), request)
