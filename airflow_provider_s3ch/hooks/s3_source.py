@@ -144,4 +144,5 @@ class ModelLoader(Loader):
     def list_available_services(self, type_name: str) -> list[str]:
         """The search paths' folders: one listing each (a folder without a ``type_name`` model then fails
         to load with botocore's ``DataNotFoundError``, not ``UnknownServiceError``)."""
-        return sorted({name for path in self.search_paths if os.path.isdir(path) for name in os.listdir(path)})
+        return sorted({name for path in self.search_paths if os.path.isdir(path) for name in os.listdir(path)
+                       if os.path.isdir(os.path.join(path, name))})
