@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any
@@ -160,13 +160,15 @@ def bucket_region(client: BaseClient, bucket: str) -> str:
 
 
 @quiet_loggers()
-def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: int = policy.FOOTER_SAMPLE) -> Manifest:
+def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: int = policy.FOOTER_SAMPLE,
+                   on_listed: Callable[[Manifest], None] | None = None) -> Manifest:
     """List the request's objects and settle their format and compression.
 
     :param client: a boto3 S3 client with the aws connection's credentials.
     :param request: the validated load request.
     :param footer_sample: for Parquet, how many footers to read (the largest files) for the
         data's uncompressed size and its largest row group; 0 reads none.
+    :param on_listed: called with the manifest once the listing is checked, before the footers are read.
     :return: the manifest; ``list_calls`` counts every S3 call, the location and footer calls included.
     :raises BucketError: when the bucket is missing or the connection may not list it (or, for keys
         ClickHouse reads directly, read them).
@@ -189,6 +191,8 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
         fill_ms = (time.monotonic() - started) * 1000 / max(1, listing.calls)
         policy.check_listing(request, listing)
         manifest = policy.make_manifest(request, listing, region=region, calls=calls)
+        if on_listed is not None:
+            on_listed(manifest)
         if footer_sample and listing.member is None and policy.wants_footers(manifest.format, manifest.compression):
             manifest = policy.with_footers(
                 manifest, parquet_footer_stats(client, request.bucket, manifest.objects, sample=footer_sample)

@@ -6,6 +6,7 @@ plain, chunked, attached and deferred loads share it, so a key added here is add
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -15,7 +16,9 @@ from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE
 from airflow_provider_s3ch.core.metrics import peak_ratio, summary
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, S3Object
 from airflow_provider_s3ch.core.recovery import LoadSteps
-from airflow_provider_s3ch.core.server_models import TableInfo
+from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
+from airflow_provider_s3ch.core.sizes import fmt_bytes, is_byte_setting
+from airflow_provider_s3ch.core.sql import sql_summary
 
 
 class LoadReport(BaseModel):
@@ -184,3 +187,29 @@ class DeferLoad(Exception):
 
 class NothingNew(Exception):
     """The signal of a run with nothing to load under ``skip_when_empty``: the task is skipped."""
+
+
+def log_plan(log: logging.Logger, plan: LoadPlan, steps: LoadSteps, redacted_sql: str, profile: ServerProfile) -> None:
+    """The plan in the task's log: the server, the strategy, the budget, each setting with its reason, the
+    predicted peak, what history changed, the checks, the warnings, the statement (redacted) and the mode."""
+    log.info("Server: ClickHouse %s, %d cores, memory %s (%s), cluster %s with %d nodes, target %s",
+             profile.version, profile.cores, fmt_bytes(profile.memory_bytes), profile.memory_source,
+             profile.cluster, len(profile.nodes), profile.table.engine)
+    log.info("Strategy: %s (%s)", plan.strategy, plan.strategy_reason)
+    log.info("Memory budget: %s (%s)", fmt_bytes(plan.budget_bytes), plan.budget_reason)
+    for name, value in plan.settings.values.items():
+        reason = plan.settings.reasons.get(name, "")
+        size = fmt_bytes(value) if is_byte_setting(name) and isinstance(value, int) and value else ""
+        readable = f" ({size})" if size and size not in reason.split(":")[0] else ""  # unless its reason says
+        log.info("  %s = %s%s: %s", name, value, readable, reason)
+    if plan.predicted_peak_bytes:
+        log.info("Predicted peak memory: %s (%s)", fmt_bytes(plan.predicted_peak_bytes), plan.predicted_peak_reason)
+    for change in (plan.history or {}).get("changes", []):
+        log.info("Learned from %d earlier load(s): %s", plan.history["loads"], change)
+    for check in plan.checks:
+        log.info("Check %s: %s: %s", check.name, check.status, check.message)
+    for warning in [*plan.warnings, *steps.warnings]:
+        log.warning("%s", warning)
+    log.info("SQL: %s", sql_summary(redacted_sql))
+    log.debug("SQL in full: %s", redacted_sql)
+    log.info("Mode %s: %s", steps.mode, steps.reason)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import queue
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -37,8 +38,8 @@ from airflow_provider_s3ch.core.plan import peak_estimate
 from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, Resume, decide_resume, plan_steps
 from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile
-from airflow_provider_s3ch.core.sizes import fmt_bytes, is_byte_setting
-from airflow_provider_s3ch.core.sql import render_insert, sql_summary
+from airflow_provider_s3ch.core.sizes import fmt_bytes
+from airflow_provider_s3ch.core.sql import render_insert
 from airflow_provider_s3ch.core.staging import RebuildSource, finalize_statements
 from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import LoadError, S3chError
@@ -49,8 +50,16 @@ from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_
 from airflow_provider_s3ch.load.insert import Inserter, run_steps
 from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.load.rebuild import before_finalize
-from airflow_provider_s3ch.load.report import DeferLoad, Loaded, LoadReport, NothingNew, build_report, dry_run_report
-from airflow_provider_s3ch.load.target import prepare_target, read_profile
+from airflow_provider_s3ch.load.report import (
+    DeferLoad,
+    Loaded,
+    LoadReport,
+    NothingNew,
+    build_report,
+    dry_run_report,
+    log_plan,
+)
+from airflow_provider_s3ch.load.target import Listed, ReadAhead, prepare_target, read_ahead
 
 
 @dataclass(frozen=True)
@@ -90,8 +99,8 @@ class LoadRun:
         self._columns: list[Column] | None = None
         #: Milliseconds spent in each phase of this process's part of the load (the XCom's ``phases_ms``).
         self.phases: dict[str, float] = {}
-        #: The profile read beside the listing, until the first insert's ``target`` phase takes it.
-        self._profile: ServerProfile | None = None
+        #: What was read beside the listing, until the first insert's ``target`` phase takes it.
+        self._ahead: ReadAhead | None = None
 
     @contextlib.contextmanager
     def _phase(self, name: str) -> Iterator[None]:
@@ -116,12 +125,14 @@ class LoadRun:
         started = time.monotonic()
         request = self.request
         hook = ClickHouseHook(self.options.clickhouse_conn_id)
-        # The server's profile is read in a thread (the connection is read: the thread makes no Airflow calls,
-        # which are not thread-safe on every Airflow version) while this one builds the S3 side: the aws
-        # connection and its session (the secrets masker told), botocore's client (its service model: the
-        # costliest step), the region and the listing; S3's errors still come first.
+        # The server is read in a thread (the connection is read: the thread makes no Airflow calls, which are
+        # not thread-safe on every Airflow version) while this one builds the S3 side: the aws connection and
+        # its session (the secrets masker told), botocore's client, the region and the listing; the thread reads
+        # the profile, then the earlier loads and the sample file's DESCRIBE beside the footer reads (S3's
+        # errors still come first).
+        listed: queue.Queue[Listed | None] = queue.Queue(maxsize=1)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3ch-profile")
-        early_read = pool.submit(self._early_profile, hook)
+        early_read = pool.submit(self._read_ahead, hook, listed.get)
         pool.shutdown(wait=False)
         ledger = None
         loads: list[Loaded] = []
@@ -130,28 +141,29 @@ class LoadRun:
                 with self._phase("s3"), paused_gc():
                     source = S3Source(self.options.aws_conn_id)
                     self.inserter = Inserter(hook, source.credentials(), self.log)
-                    manifest = build_manifest(source.client(), request)
+                    manifest = build_manifest(source.client(), request, on_listed=lambda listing: listed.put_nowait(
+                        self._listed(hook, source, listing)))
             except NothingMatchedError as exc:
                 if request.skip_when_empty and not request.dry_run:
                     raise NothingNew(f"{exc.args[0].split(';')[0]}: skipped (skip_when_empty=True)") from exc
                 raise
+            finally:
+                with contextlib.suppress(queue.Full):  # the listing failed: the thread ends after the profile
+                    listed.put_nowait(None)
             with self._phase("target"):
                 early = early_read.result()
             if isinstance(early, BaseException):
                 raise early
+            self._ahead = early
             self.log.info("Manifest: %d files, %s, format %s, compression %s, bucket region %s",
                           manifest.file_count, fmt_bytes(manifest.total_bytes), manifest.format,
                           manifest.compression, manifest.region)
-            table = request.table.model_copy(update={"database": request.table.database or hook.database})
-            self._key = history_key(f"{table.database}.{table.name}", request.bucket, request.key_pattern,
-                                    request.format or manifest.format)
-            if self.options.learn_from_history and "log_comment" not in request.settings:
+            self._key = self._history_key(hook, manifest)
+            if self._learns:
                 with self._phase("target"):
-                    self._learned = learn(self.inserter.queries.past_loads(self._key),
-                                          footers=bool(manifest.uncompressed_bytes))
-            url = object_url(request.bucket, request.key_pattern,
-                             endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
-                             archive_syntax=archive_path_syntax(request.settings))
+                    past = early.past if early.past is not None else self.inserter.queries.past_loads(self._key)
+                    self._learned = learn(past, footers=bool(manifest.uncompressed_bytes))
+            url = self._url(hook, source, manifest)
             if not request.skip_loaded:
                 one = self._one(hook, source, manifest, url, query_id, first_try, started=started)
                 if isinstance(one, LoadReport):
@@ -203,9 +215,10 @@ class LoadRun:
         assert inserter is not None
         # target
         with self._phase("target"):
-            profile, self._profile = self._profile, None  # the one read beside the listing, for the first insert
-            facts = prepare_target(hook, source.credentials(), request, manifest, url, profile=profile,
-                                   spec=self.options.table_spec, learned=self._learned, log=self.log)
+            ahead, self._ahead = self._ahead, None  # what was read beside the listing, for the first insert
+            facts = prepare_target(hook, source.credentials(), request, manifest, url, spec=self.options.table_spec,
+                                   learned=self._learned, log=self.log, profile=ahead.profile if ahead else None,
+                                   described=ahead.described if ahead else None)
             self._columns = facts.columns
             profile = facts.profile
             plan = self._tagged(facts.plan, manifest, profile, "plan")
@@ -213,7 +226,7 @@ class LoadRun:
             if ledger is not None:  # only a load through a staging table
                 ledger.check(steps, plan)
             rendered = render_insert(plan, source.credentials(), target=steps.staging)
-        self._log_plan(plan, steps, rendered.redacted, profile)
+        log_plan(self.log, plan, steps, rendered.redacted, profile)
         if request.dry_run:
             return dry_run_report(str(query_id), rendered.redacted, plan, steps, facts.changes,
                                   ledger.summary() if ledger is not None else None)
@@ -262,14 +275,34 @@ class LoadRun:
             return None
         return mark
 
-    def _early_profile(self, hook: ClickHouseHook) -> ServerProfile | Exception:
-        """The server's profile and the target's facts, read while the listing runs (kept for the first
-        insert's ``target`` phase); the error, to raise once the listing's errors had their turn."""
+    def _read_ahead(self, hook: ClickHouseHook, listed: Callable[[], Listed | None]) -> ReadAhead | Exception:
+        """:func:`~airflow_provider_s3ch.load.target.read_ahead`, or its error, to raise once the listing's errors
+        had their turn."""
         try:
-            self._profile = read_profile(hook, self.request, self.options.table_spec)
+            return read_ahead(hook, self.request, self.options.table_spec, listed)
         except Exception as exc:  # noqa: BLE001 - raised after the listing's own errors
             return exc
-        return self._profile
+
+    def _listed(self, hook: ClickHouseHook, source: S3Source, manifest: Manifest) -> Listed:
+        """What the read-ahead needs of the listing (worked out here: the thread makes no Airflow calls)."""
+        return (manifest, self._url(hook, source, manifest), source.credentials(),
+                self._history_key(hook, manifest) if self._learns else None)
+
+    @property
+    def _learns(self) -> bool:
+        """The plan learns from earlier loads (unless the user tags the inserts with a ``log_comment``)."""
+        return self.options.learn_from_history and "log_comment" not in self.request.settings
+
+    def _history_key(self, hook: ClickHouseHook, manifest: Manifest) -> str:
+        request = self.request
+        return history_key(f"{request.table.database or hook.database}.{request.table.name}", request.bucket,
+                           request.key_pattern, request.format or manifest.format)
+
+    def _url(self, hook: ClickHouseHook, source: S3Source, manifest: Manifest) -> str:
+        """The glob's URL as the server reads it."""
+        return object_url(self.request.bucket, self.request.key_pattern,
+                          endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
+                          archive_syntax=archive_path_syntax(self.request.settings))
 
     # ------------------------------------------------------------------ resume
     def _resume(self, query_id: QueryId, first_try: int, nodes: Sequence[ClusterNode], hook: ClickHouseHook,
@@ -470,30 +503,6 @@ class LoadRun:
                    "files to learn from (learn_from_history, docs/tuning.md)"}
         return plan.model_copy(update={"settings": plan.settings.model_copy(update={"values": values,
                                                                                     "reasons": reasons})})
-
-    def _log_plan(self, plan: LoadPlan, steps: LoadSteps, redacted_sql: str, profile: ServerProfile) -> None:
-        log = self.log
-        log.info("Server: ClickHouse %s, %d cores, memory %s (%s), cluster %s with %d nodes, target %s",
-                 profile.version, profile.cores, fmt_bytes(profile.memory_bytes), profile.memory_source,
-                 profile.cluster, len(profile.nodes), profile.table.engine)
-        log.info("Strategy: %s (%s)", plan.strategy, plan.strategy_reason)
-        log.info("Memory budget: %s (%s)", fmt_bytes(plan.budget_bytes), plan.budget_reason)
-        for name, value in plan.settings.values.items():
-            reason = plan.settings.reasons.get(name, "")
-            size = fmt_bytes(value) if is_byte_setting(name) and isinstance(value, int) and value else ""
-            readable = f" ({size})" if size and size not in reason.split(":")[0] else ""  # unless its reason says
-            log.info("  %s = %s%s: %s", name, value, readable, reason)
-        if plan.predicted_peak_bytes:
-            log.info("Predicted peak memory: %s (%s)", fmt_bytes(plan.predicted_peak_bytes), plan.predicted_peak_reason)
-        for change in (plan.history or {}).get("changes", []):
-            log.info("Learned from %d earlier load(s): %s", plan.history["loads"], change)
-        for check in plan.checks:
-            log.info("Check %s: %s: %s", check.name, check.status, check.message)
-        for warning in [*plan.warnings, *steps.warnings]:
-            log.warning("%s", warning)
-        log.info("SQL: %s", sql_summary(redacted_sql))
-        log.debug("SQL in full: %s", redacted_sql)
-        log.info("Mode %s: %s", steps.mode, steps.reason)
 
 
 def _ms_since(started: float) -> Callable[[], int]:

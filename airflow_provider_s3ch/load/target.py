@@ -8,10 +8,11 @@ What to create, add or warn of is :mod:`airflow_provider_s3ch.core.tables`' and
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_provider_s3ch.core.history import Learned
+from airflow_provider_s3ch.core.history import Learned, PastLoad
 from airflow_provider_s3ch.core.models import Check, LoadPlan, LoadRequest, Manifest
 from airflow_provider_s3ch.core.plan import make_plan
 from airflow_provider_s3ch.core.schema import (
@@ -24,7 +25,7 @@ from airflow_provider_s3ch.core.schema import (
     unchecked,
 )
 from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
-from airflow_provider_s3ch.core.sql import S3Credentials, render_describe, scrub
+from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, render_describe, scrub
 from airflow_provider_s3ch.core.tables import (
     Evolution,
     TableSpec,
@@ -36,6 +37,7 @@ from airflow_provider_s3ch.core.tables import (
 )
 from airflow_provider_s3ch.errors import ClickHouseQueryError, LoadError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.query_log import QueryLog
 from airflow_provider_s3ch.hooks.server import describe, get_profile, has_keeper, run_ddl, table_columns
 
 
@@ -50,6 +52,49 @@ class TargetFacts:
     columns: list[Column] | None
 
 
+#: What the listing hands the read-ahead: the manifest (footers not read yet), the glob's URL for the server, the
+#: S3 credentials and the history key (None: no history is read).
+Listed = tuple[Manifest, str, S3Credentials | None, str | None]
+
+
+@dataclass
+class ReadAhead:
+    """What the ``target`` phase reads from the server, read while the worker builds the S3 client, lists the
+    files and reads their footers: the profile; the earlier loads tagged with the history key (None: not
+    read); and the sample file's ``DESCRIBE`` by statement, or the error it raised (raised where it runs)."""
+
+    profile: ServerProfile
+    past: list[PastLoad] | None = None
+    described: dict[str, list[Column] | Exception] = field(default_factory=dict)
+
+
+def read_ahead(hook: ClickHouseHook, request: LoadRequest, spec: TableSpec | None,
+               listed: Callable[[], Listed | None]) -> ReadAhead:
+    """The profile; then, once ``listed`` gives the listing (None: the listing failed), the earlier loads and
+    the schema check's ``DESCRIBE``s (for a plan of the listing alone: the statements do not depend on the
+    footers, and a statement the ``target`` phase renders otherwise runs there)."""
+    ahead = ReadAhead(profile=read_profile(hook, request, spec))
+    got = listed()
+    if got is None:
+        return ahead
+    manifest, url, credentials, key = got
+    ahead.past = QueryLog(hook).past_loads(key) if key is not None else None
+    try:
+        plan = make_plan(request, manifest, ahead.profile, source_url=url)
+    except Exception:  # noqa: BLE001 - the target phase plans again and says why
+        return ahead
+    reads, sample = schema_reads(request.schema_check, plan.format, plan.structure), sample_file(plan, manifest)
+    if reads.skipped is None and sample is not None and not request.skip_loaded:  # the ledger may skip the file
+        for kind in ("file", "structure"):
+            if getattr(reads, kind):
+                statement = _sample_describe(plan, credentials, sample[1], kind, request)
+                try:
+                    ahead.described[_key(statement)] = describe(hook, statement)
+                except (ClickHouseQueryError, LoadError) as exc:
+                    ahead.described[_key(statement)] = exc
+    return ahead
+
+
 def read_profile(hook: ClickHouseHook, request: LoadRequest, spec: TableSpec | None) -> ServerProfile:
     """The server's profile and the target's facts (the table the load would create, when it is missing)."""
     target = request.table.model_copy(update={"database": request.table.database or hook.database})
@@ -61,11 +106,13 @@ def read_profile(hook: ClickHouseHook, request: LoadRequest, spec: TableSpec | N
 def prepare_target(
     hook: ClickHouseHook, credentials: S3Credentials | None, request: LoadRequest, manifest: Manifest, url: str, *,
     spec: TableSpec | None, learned: Learned | None, log: logging.Logger, profile: ServerProfile | None = None,
+    described: Mapping[str, list[Column] | Exception] | None = None,
 ) -> TargetFacts:
     """Create, evolve and check the target; plan the load against it. A dry run changes nothing: it plans
     against the table as it would be.
 
     :param profile: the profile as :func:`read_profile` read it just before; None reads it here.
+    :param described: the ``DESCRIBE``s :func:`read_ahead` ran, by statement.
     """
     target = request.table.model_copy(update={"database": request.table.database or hook.database})
     profile = profile if profile is not None else read_profile(hook, request, spec)
@@ -100,7 +147,7 @@ def prepare_target(
         evolution = evolve(profile.table, columns, _describe_files(hook, credentials, request, plan),
                            policy="add_columns", file=request.s3_uri, keeper=keeper())
     check, file_columns, sample = _check_schema(hook, credentials, request, plan, manifest, profile.table,
-                                                with_added(columns, evolution))
+                                                with_added(columns, evolution), described or {})
     add_check(plan, check)
     if evolution.statements:
         report.update(added_columns=evolution.added_names, ddl=[*report["ddl"], *(d.sql for d in evolution.statements)])
@@ -133,20 +180,27 @@ def _describe_files(hook: ClickHouseHook, credentials: S3Credentials | None, req
 
 def _check_schema(
     hook: ClickHouseHook, credentials: S3Credentials | None, request: LoadRequest, plan: LoadPlan,
-    manifest: Manifest, table: TableInfo, target: list[Column],
+    manifest: Manifest, table: TableInfo, target: list[Column], answered: Mapping[str, list[Column] | Exception],
 ) -> tuple[Check, list[Column] | None, str | None]:
     """The first file's columns (the server's schema inference) or the structure's against the target's
-    (``target``: the table's columns as they will be); with the file's columns and name when read."""
+    (``target``: the table's columns as they will be); with the file's columns and name when read.
+
+    :param answered: the ``DESCRIBE``s :func:`read_ahead` ran (a statement rendered otherwise runs here).
+    """
     reads, sample = schema_reads(request.schema_check, plan.format, plan.structure), sample_file(plan, manifest)
     if reads.skipped is not None or sample is None:
         return reads.skipped or unchecked("every file is empty"), None, None
     name, url = sample
+
+    def columns(kind: str) -> list[Column]:
+        statement = _sample_describe(plan, credentials, url, kind, request)
+        known = answered.get(_key(statement))
+        if isinstance(known, Exception):
+            raise known
+        return known if known is not None else describe(hook, statement)
+
     try:
-        described = {
-            kind: describe(hook, render_describe(plan, credentials, url=url, structure=kind == "structure",
-                                                 settings=request.settings))
-            for kind in ("file", "structure") if getattr(reads, kind)
-        }
+        described = {kind: columns(kind) for kind in ("file", "structure") if getattr(reads, kind)}
     except (ClickHouseQueryError, LoadError) as exc:  # the load itself may still work: it says so
         why = scrub(str(exc).partition("; retrying")[0], credentials)
         return unchecked(f"the server could not describe {name}: {why}"), None, None
@@ -157,3 +211,14 @@ def _check_schema(
         on_schema_change=request.schema_change,
     )
     return check, described.get("file") if plan.structure is None else None, name
+
+
+def _sample_describe(plan: LoadPlan, credentials: S3Credentials | None, url: str, kind: str,
+                     request: LoadRequest) -> RenderedSQL:
+    """The schema check's ``DESCRIBE`` of the sample file: its inferred columns (``file``) or the structure's."""
+    return render_describe(plan, credentials, url=url, structure=kind == "structure", settings=request.settings)
+
+
+def _key(statement: RenderedSQL) -> str:
+    """What tells one ``DESCRIBE`` from another: its SQL (the credentials in it too) and settings."""
+    return f"{statement.sql}\n{sorted(statement.settings.items())!r}"
