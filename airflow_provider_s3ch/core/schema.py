@@ -59,6 +59,12 @@ from airflow_provider_s3ch.core.models import Check, LoadPlan, Manifest, SchemaC
 
 CHECK_NAME = "schema"
 
+#: How many rows the check's ``DESCRIBE`` reads of a file whose header names its columns (``…WithNames``,
+#: ``…WithNamesAndTypes``): the names (and declared types) are the header's, and the types the server infers
+#: from the rows of a text format are not compared. ClickHouse reads 25,000 rows by default: 0.3 s of a
+#: gzip'd CSV file on two cores, on every load of new files; 100 rows took 20 ms (docs/benchmarks.md).
+HEADER_SAMPLE_ROWS = 100
+
 #: The target's columns, in order, with what makes a column omittable.
 COLUMNS_SQL = (
     "SELECT name, type, default_kind FROM system.columns WHERE database = %(d)s AND table = %(t)s ORDER BY position"
@@ -132,6 +138,18 @@ def schema_reads(policy: SchemaPolicy, fmt: str, structure: str | None) -> Schem
             "give structure='col Type, ...' to have the columns checked",
         ))  # fmt: skip
     return SchemaReads(file=named, structure=structure is not None)
+
+
+def describe_settings(fmt: str, settings: dict[str, SettingValue]) -> dict[str, SettingValue]:
+    """The settings of the check's ``DESCRIBE`` of the sample file: the load's, and for a format whose header
+    names the columns, at most :data:`HEADER_SAMPLE_ROWS` rows read (unless the load's settings say).
+
+    :param fmt: the format.
+    :param settings: the load's settings.
+    """
+    if not fmt.lower().endswith(("withnames", "withnamesandtypes")):
+        return dict(settings)
+    return {"input_format_max_rows_to_read_for_schema_inference": HEADER_SAMPLE_ROWS, **settings}
 
 
 def sample_file(plan: LoadPlan, manifest: Manifest) -> tuple[str, str] | None:

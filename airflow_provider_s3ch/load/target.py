@@ -19,6 +19,7 @@ from airflow_provider_s3ch.core.schema import (
     Column,
     add_check,
     check_schema,
+    describe_settings,
     left_out,
     sample_file,
     schema_reads,
@@ -216,7 +217,9 @@ def _check_schema(
 def _sample_describe(plan: LoadPlan, credentials: S3Credentials | None, url: str, kind: str,
                      request: LoadRequest) -> RenderedSQL:
     """The schema check's ``DESCRIBE`` of the sample file: its inferred columns (``file``) or the structure's."""
-    return render_describe(plan, credentials, url=url, structure=kind == "structure", settings=request.settings)
+    structure = kind == "structure"
+    return render_describe(plan, credentials, url=url, structure=structure,
+                           settings=request.settings if structure else describe_settings(plan.format, request.settings))
 
 
 def _key(statement: RenderedSQL) -> str:
