@@ -2,7 +2,8 @@
 
 What a user compares: from the task's start to its result. Each load runs in a new Python process
 (as Airflow runs each task), with its imports done before the clock starts (a task process has
-imported Airflow and the DAG before ``execute``); each loads the same files into a fresh table.
+imported Airflow and the DAG before ``execute``); each loads the same files into a fresh table, after the
+server dropped its schema and Parquet metadata caches: as a scheduled load of new files finds them.
 
 - ``hand``: ``clickhouse_driver.Client(...)``, then ``INSERT INTO t SELECT * FROM s3(url, key, secret,
   format)`` with ClickHouse's defaults: what a user writes without the operator.
@@ -154,6 +155,13 @@ print(json.dumps({"task_s": task_s}))
 """
 
 
+def _as_new_files(client: Any) -> None:
+    """Every run as a scheduled load of new files sees them: the server holds no schema inferred from them and no
+    Parquet metadata of them (the runs load the same files again; the caches would otherwise serve the second)."""
+    client.execute("SYSTEM DROP SCHEMA CACHE FOR S3")
+    client.execute("SYSTEM DROP PARQUET METADATA CACHE")
+
+
 def _fresh(script: str, args: dict[str, Any], env: dict[str, str], python: str | None = None,
            tail: int = 2000) -> dict[str, Any]:  # fmt: skip
     proc = subprocess.run([python or sys.executable, "-c", script, json.dumps(args)], env=env, cwd=SOURCE,
@@ -238,6 +246,7 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
                     continue
                 # dlt's tables are <dataset>___<table> (its dataset is a prefix inside the database).
                 tag = f"e2e_{variant}_{uuid.uuid4().hex[:6]}"
+                _as_new_files(client)
                 table = new_table(client, database, posts_ddl, f"{DLT_DATASET}___{tag}" if variant == "dlt" else tag)
                 try:
                     if variant == "hand":
