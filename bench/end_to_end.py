@@ -82,7 +82,7 @@ ti = types.SimpleNamespace(dag_id="bench", task_id="load", run_id="bench-" + uui
 started = time.monotonic()
 result = op.execute({"ti": ti})
 print(json.dumps({"task_s": time.monotonic() - started, "query_id": result["query_id"],
-                  "predicted": result.get("predicted_memory_usage")}))
+                  "predicted": result.get("predicted_memory_usage"), "phases_ms": result.get("phases_ms")}))
 """
 
 WORKER = """
@@ -286,6 +286,8 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
                        "around_s": round(r["task_s"] - insert_s, 3), "rows": int(rows)}
                 if "inserts" in insert:
                     run["inserts"] = insert["inserts"]
+                if r.get("phases_ms"):  # the operator's own split of its time (the XCom's phases_ms)
+                    run["phases_ms"] = r["phases_ms"]
                 if insert.get("memory_usage"):  # the s3() inserts' peak, and the operator's own prediction of it
                     run["peak"] = int(insert["memory_usage"])
                     run["predicted"] = r.get("predicted")
