@@ -5,11 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.models import Manifest, S3Object
 from airflow_provider_s3ch.core.plan import PEAK_BAND, make_plan, predict_peak
+from airflow_provider_s3ch.core.plan.budget import Budget
+from airflow_provider_s3ch.core.plan.memory import PEAK_FIT_MARGIN, fit_block
+from airflow_provider_s3ch.core.plan.settings import MIN_BLOCK_BYTES, plan_settings
 from tests.unit.test_planner import SOURCE_URL, profile, request
 
 MiB = 1024 * 1024
@@ -97,15 +101,49 @@ def test_scale_and_expansion_move_the_prediction() -> None:
     assert learned.bytes < plain.bytes and "x 1.50" not in learned.reason
 
 
-def test_the_plan_carries_its_prediction_and_a_cap_plan_predicts_over_the_cap() -> None:
+def test_the_plan_carries_its_prediction_and_fits_its_block_under_the_cap() -> None:
     # The guide's first plan for 3 files of one 204 MiB row group each under a 1 GiB cap measured ~1.2 GiB
-    # (a memory limit at 1 GiB); the prediction says so.
-    p = make_plan(
-        request(memory_cap="1GiB"), FEW_LARGE, profile(cores=2, memory=16 * 1024 * MiB), source_url=SOURCE_URL
-    )
-    assert p.predicted_peak_bytes == 1024 * MiB and "max_memory_usage 1 GiB" in (p.predicted_peak_reason or "")
-    free = make_plan(request(), MANY_SMALL, profile(cores=2, memory=16 * 1024 * MiB), source_url=SOURCE_URL)
+    # (a memory limit at 1 GiB); the prediction for that block says so, and the plan fits its block instead.
+    prof = profile(cores=2, memory=16 * 1024 * MiB)
+    guide = make_plan(request(memory_cap="1GiB", settings={"min_insert_block_size_bytes": 1024 * MiB // 6}),
+                      FEW_LARGE, prof, source_url=SOURCE_URL)
+    assert guide.predicted_peak_bytes == 1024 * MiB and "max_memory_usage 1 GiB" in (guide.predicted_peak_reason or "")
+    p = make_plan(request(memory_cap="1GiB"), FEW_LARGE, prof, source_url=SOURCE_URL)
+    assert p.predicted_peak_bytes is not None and p.predicted_peak_bytes * PEAK_FIT_MARGIN <= 1024 * MiB
+    assert "max_memory_usage" not in (p.predicted_peak_reason or "")
+    assert "fitted to the budget" in p.settings.reasons["min_insert_block_size_bytes"]
+    free = make_plan(request(), MANY_SMALL, prof, source_url=SOURCE_URL)
     assert free.predicted_peak_bytes is not None and 300 * MiB < free.predicted_peak_bytes < 700 * MiB
+
+
+@settings(max_examples=200, deadline=None)
+@given(cap=st.integers(64 * MiB, 64 * 1024 * MiB), cores=st.integers(1, 64), n=st.integers(1, 2000),
+       total=st.integers(10**6, 10**12), row_group=st.none() | sizes, scale=st.sampled_from([1.0, 0.6, 1.8]))
+def test_a_fitted_block_is_the_largest_that_fits_and_an_unfitted_one_fits_already(cap, cores, n, total, row_group,
+                                                                                  scale) -> None:
+    man = files(n, total, "Parquet", uncompressed=3 * total if row_group else None, row_group=row_group)
+    try:
+        formula = plan_settings(request(memory_cap=str(cap)), man, profile(cores=cores, memory=256 * 1024 * MiB),
+                                Budget(per_node=cap, reason="cap"), 1)
+    except PlanError:  # the guide's block below the least the planner takes: refused before any fitting
+        assume(False)
+    fitted = fit_block(formula, man, cores=cores, fmt="Parquet", compression=None, scale=scale)
+    block = fitted.values["min_insert_block_size_bytes"]
+
+    def margin(b: int) -> float:
+        values = {**formula.values, "min_insert_block_size_bytes": b}
+        return predict_peak(values, man, cores=cores, fmt="Parquet", compression=None, scale=scale).model_bytes * (
+            scale * PEAK_FIT_MARGIN)
+
+    planned = formula.values["min_insert_block_size_bytes"]
+    if fitted == formula:  # the planned block fits, or not even the smallest block does
+        assert margin(planned) <= cap or margin(MIN_BLOCK_BYTES) > cap
+    else:
+        assert MIN_BLOCK_BYTES <= block < planned and block % MiB == 0
+        assert margin(block) <= cap < margin(block + MiB)
+        assert "fitted to the budget" in fitted.reasons["min_insert_block_size_bytes"]
+        assert {k: v for k, v in fitted.values.items() if k != "min_insert_block_size_bytes"} == {
+            k: v for k, v in formula.values.items() if k != "min_insert_block_size_bytes"}
 
 
 def latent(request_ms: float | None, n: int = 20, *, fmt: str = "Parquet", row_group: int = 14 * MiB) -> Manifest:

@@ -38,7 +38,7 @@ from airflow_provider_s3ch.core.plan.checks import (
     structure_check,
     workload_check,
 )
-from airflow_provider_s3ch.core.plan.memory import PEAK_BAND, PeakEstimate, predict_peak
+from airflow_provider_s3ch.core.plan.memory import PEAK_BAND, PEAK_FIT_MARGIN, PeakEstimate, fit_block, predict_peak
 from airflow_provider_s3ch.core.plan.settings import (
     BLOCK_MEMORY_FACTOR,
     COMPRESSED_EXPANSION,
@@ -75,7 +75,8 @@ __all__ = [
     "PLAIN_EXPANSION", "ROW_GROUP_MEMORY_FACTOR", "SELF_COMPRESSED_EXPANSION", "SMALL_FILE_BYTES",
     "Budget", "GiB", "KiB", "MiB", "StrategyChoice", "apply_overrides", "block_size", "choose_strategy",
     "distributed_possible", "expansion_factor", "files_vs_nodes_check", "fmt_bytes", "insert_threads",
-    "make_plan", "memory_budget", "PEAK_BAND", "PeakEstimate", "data_estimate", "peak_estimate", "predict_peak",
+    "make_plan", "memory_budget", "PEAK_BAND", "PEAK_FIT_MARGIN", "PeakEstimate", "fit_block", "data_estimate",
+    "peak_estimate", "predict_peak",
     "with_prediction", "node_cores", "plan_settings", "region_check", "row_group_check",
     "row_group_threads", "structure_check", "WorkloadLimit", "chosen_workload", "workload_check", "workload_limit",
 ]  # fmt: skip
@@ -112,12 +113,15 @@ def make_plan(
         warnings.append(budget.warning)
 
     learned = learned.for_cap(budget.per_node) if learned is not None and learned.loads else None
-    settings = plan_settings(request, manifest, profile, budget, nodes,
-                             expansion=learned.expansion if learned is not None else None)
+    expansion = learned.expansion if learned is not None else None
+    settings = plan_settings(request, manifest, profile, budget, nodes, expansion=expansion)
+    fmt = request.format or manifest.format
+    # The model alone fits the block: what earlier loads measured beyond it starts the load from their step down.
+    settings = fit_block(settings, manifest, cores=node_cores(profile, nodes)[0], fmt=fmt,
+                         compression=request.compression or manifest.compression, nodes=nodes, expansion=expansion)
     row_group_warning = row_group_check(manifest, budget)
     if row_group_warning:
         warnings.append(row_group_warning)
-    fmt = request.format or manifest.format
     structure_warning = structure_check(fmt, request.structure)
     if structure_warning:
         warnings.append(structure_warning)

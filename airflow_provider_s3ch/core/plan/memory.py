@@ -15,6 +15,9 @@ The model (per node; the terms add up, then two bounds apply):
   reaches the cap even at the band's low end (:data:`PEAK_BAND`) means the load will likely stop, and one
   within the band of the cap that it may.
 
+The plan uses the model too (:func:`fit_block`): where the guide's block would bring the prediction within
+:data:`PEAK_FIT_MARGIN` of the budget, the plan takes the largest block whose prediction stays under it.
+
 The constants are fitted on the benchmark's 90 loads from S3 (4 datasets, Parquet and gzip'd CSV,
 3 to 400 files, 1-4 insert threads, 5 MiB to 3.2 GiB blocks, memory caps from 256 MiB; make bench,
 docs/tuning.md): measured / predicted fell within :data:`PEAK_BAND`. ``scale`` and ``expansion``
@@ -27,8 +30,13 @@ from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from airflow_provider_s3ch.core.models import Manifest, SettingValue
-from airflow_provider_s3ch.core.plan.settings import BLOCK_MEMORY_FACTOR, DEFAULT_BLOCK_BYTES, data_estimate
+from airflow_provider_s3ch.core.models import InsertSettings, Manifest, SettingValue
+from airflow_provider_s3ch.core.plan.settings import (
+    BLOCK_MEMORY_FACTOR,
+    DEFAULT_BLOCK_BYTES,
+    MIN_BLOCK_BYTES,
+    data_estimate,
+)
 from airflow_provider_s3ch.core.sizes import MiB, fmt_bytes
 
 #: What a load holds whatever its data: the query's pipeline, buffers, the S3 client.
@@ -57,6 +65,11 @@ PEAK_DATA_FACTOR = 2.4
 
 #: Measured / predicted on the benchmark's loads from S3 (make bench, docs/tuning.md): 0.76-1.31.
 PEAK_BAND = (0.75, 1.35)
+
+#: A plan's block leaves this share of ``max_memory_usage`` over its predicted peak (:func:`fit_block`). At 3.3 GB
+#: of Parquet (make bench-large) measured / predicted reached 0.97-1.00 with 256 MiB blocks, so a prediction at
+#: the cap leaves no room, and the guide's 2 x 341 MiB under a 2 GiB cap (predicted 2.29 GiB) stopped there.
+PEAK_FIT_MARGIN = 1.1
 
 
 class PeakEstimate(BaseModel):
@@ -139,3 +152,48 @@ def predict_peak(
         predicted = cap
     return PeakEstimate(bytes=predicted, reason=reason, model_bytes=model,
                         terms={"base": base, "blocks": blocks, "reading": reading}, at_cap=at_cap)
+
+
+def fit_block(
+    settings: InsertSettings, manifest: Manifest, *, cores: int, fmt: str, compression: str | None,
+    nodes: int = 1, scale: float = 1.0, expansion: float | None = None,
+) -> InsertSettings:
+    """``settings`` with the largest ``min_insert_block_size_bytes`` whose predicted peak x :data:`PEAK_FIT_MARGIN`
+    stays under ``max_memory_usage``, where the planned block's does not; ``settings`` as they are when the block
+    fits, the user set it, or no block fits (the plan's warning and the steps down inside the task then apply).
+
+    Under a tight cap the guide's formula (budget / 3 / threads) leaves no room for the reading streams, the
+    write buffers and the base: under ``memory_cap="2GiB"`` at 3.3 GB of Parquet its 2 x 341 MiB blocks (predicted
+    2.3 GiB) stopped at the cap, and the step down then loaded with 1 x 85 MiB in 75.5 s, where 2 x 256 MiB
+    (1.79 GiB peak) took 48 s (docs/benchmarks.md).
+    """
+    values = settings.values
+    cap = _int(values.get("max_memory_usage"), 0)
+    planned = _int(values.get("min_insert_block_size_bytes"), DEFAULT_BLOCK_BYTES)
+    if not cap or "min_insert_block_size_bytes" in settings.overrides:
+        return settings
+
+    def with_margin(block: int) -> float:
+        estimate = predict_peak({**values, "min_insert_block_size_bytes": block}, manifest, cores=cores, fmt=fmt,
+                                compression=compression, nodes=nodes, scale=scale, expansion=expansion)
+        return estimate.model_bytes * scale * PEAK_FIT_MARGIN
+
+    planned_peak = with_margin(planned) / PEAK_FIT_MARGIN
+    if planned_peak * PEAK_FIT_MARGIN <= cap or with_margin(MIN_BLOCK_BYTES) > cap:
+        return settings
+    # whole MiB: the smallest fits, the planned block does not, and the prediction grows with the block
+    low, high = MIN_BLOCK_BYTES // MiB, -(-planned // MiB)
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if with_margin(middle * MiB) <= cap else (low, middle)
+    block = low * MiB
+    reason = (
+        f"{fmt_bytes(block)}, fitted to the budget: with {fmt_bytes(planned)} the predicted peak would be "
+        f"{fmt_bytes(int(planned_peak))} against max_memory_usage {fmt_bytes(cap)}, so the block is the largest whose "
+        f"predicted peak x {PEAK_FIT_MARGIN:g} stays under it (docs/tuning.md); "
+        f"the formula's reason: {settings.reasons.get('min_insert_block_size_bytes', '')}"
+    )
+    return settings.model_copy(update={
+        "values": {**values, "min_insert_block_size_bytes": block},
+        "reasons": {**settings.reasons, "min_insert_block_size_bytes": reason},
+    })
