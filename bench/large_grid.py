@@ -67,7 +67,10 @@ def bench_grid(stack: Any, client: Any, ds: Any, planned: Any, plan_load: dict[s
     from bench.common import DATABASE, run_operator
     from bench.measure import new_table, run_sql_insert
 
-    base = {k: v for k, v in planned.settings.items() if k != "log_comment"}
+    # The settings the operator's load ran with: its own listing decides the reading streams (a slow S3 call there
+    # gives 8), and the points must differ from it in threads and block only.
+    ran = plan_load.get("settings") or planned.settings
+    base = {k: v for k, v in ran.items() if k != "log_comment"}
     points = []
     for threads, block in GRID:
         label = f"{threads} x {block // MiB} MiB"
