@@ -125,6 +125,7 @@ def run_operator(stack: Any, client: Any, ds: Dataset, table: str, cfg: Config, 
     out["operator_overhead_s"] = round(result["wall_ms"] / 1000 - result["duration_ms"] / 1000, 3) if result else None
     out["settings"] = result.get("settings", {})
     out["settings_reasons"] = result.get("settings_reasons", {})
+    out["memory_steps"] = [a.get("step") for a in result.get("memory_attempts") or []]
     if ready and out["ok"]:
         out.update(wait_ready(client, DATABASE, table, cfg.ready_timeout_s))
     return out

@@ -90,6 +90,29 @@ def bench_grid(stack: Any, client: Any, ds: Any, planned: Any, plan_load: dict[s
             f"rows {'=' if point['ok'] else '!='} {rows:,} {point['error'] or ''}")
     plan = {"label": "plan", "ok": plan_load.get("ok"), "duration_s": plan_load.get("duration_s"),
             "peak_memory": plan_load.get("peak_memory"), "predicted": plan_load.get("predicted_memory_usage")}
+    # One run each is noisy on a shared machine (the plan's first run follows the defaults' merges): the plan and
+    # the fastest point that fits its budget run once more, one after the other, and are compared on their means.
+    fits = [p for p in points if p.get("ok") and p["peak_memory"] <= planned.plan.budget_bytes]
+    if fits and plan["ok"]:
+        fastest = min(fits, key=lambda p: p["duration_s"])
+        table = new_table(client, DATABASE, posts_ddl, "grid_again")
+        try:
+            again = run_sql_insert(client, DATABASE, table, planned.source, {
+                **base, "max_insert_threads": fastest["threads"], "min_insert_block_size_bytes": fastest["block_bytes"],
+                "min_insert_block_size_rows": 0}, ready=False)
+        finally:
+            client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
+        table = new_table(client, DATABASE, posts_ddl, "grid_plan_again")
+        try:
+            plan_again = run_operator(stack, client, ds, table, None, ready=False)  # type: ignore[arg-type]
+        finally:
+            client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
+        for row, second in ((fastest, again), (plan, plan_again)):
+            if second.get("ok") and second.get("duration_s"):
+                row["runs_s"] = [row["duration_s"], second["duration_s"]]
+                row["duration_s"] = round(sum(row["runs_s"]) / 2, 3)
+        log(f"large grid, again: {fastest['label']} {again.get('duration_s')} s, "
+            f"the plan {plan_again.get('duration_s')} s")
     caps = []
     for cap in CAPS:
         table = new_table(client, DATABASE, posts_ddl, f"grid_cap_{cap}")
@@ -102,12 +125,18 @@ def bench_grid(stack: Any, client: Any, ds: Any, planned: Any, plan_load: dict[s
         caps.append({"cap": cap, "ok": r["ok"] and table_rows == rows, "duration_s": r.get("duration_s"),
                      "peak_memory": r.get("peak_memory"), "within_cap": (r.get("peak_memory") or 0) <= limit,
                      "predicted": r.get("predicted_memory_usage"), "settings": r.get("settings"),
-                     "error": r.get("error")})
+                     "error": r.get("error"), "task_wall_s": r.get("task_wall_s"), "steps": r.get("memory_steps")})
         log(f"large cap {cap}: {r.get('duration_s')} s, peak {(r.get('peak_memory') or 0) / MiB:,.0f} MiB, "
             f"predicted {(r.get('predicted_memory_usage') or 0) / MiB:,.0f} MiB, rows "
             f"{'=' if caps[-1]['ok'] else '!='} {rows:,} {r.get('error') or ''}")
     return {"points": points, "frontier": [p["label"] for p in frontier(points)], "plan": plan,
             "place": place(plan, points, planned.plan.budget_bytes), "caps": caps}
+
+
+def _runs(row: dict[str, Any]) -> str:
+    """The insert's seconds: the mean of two runs, with both, where it ran twice."""
+    runs = row.get("runs_s")
+    return f"{row.get('duration_s')} ({runs[0]}, {runs[1]})" if runs else f"{row.get('duration_s')}"
 
 
 def lines(grid: dict[str, Any]) -> list[str]:
@@ -120,20 +149,23 @@ def lines(grid: dict[str, Any]) -> list[str]:
            "|---|---:|---:|---:|---:|:---:|"]
     for p in grid.get("points", []):
         err = f" FAILED: {p['error']}" if p.get("error") else ""
-        out.append(f"| {p['label']}{err} | {p['duration_s']} | {(p['peak_memory'] or 0) / MiB:,.0f} | "
+        out.append(f"| {p['label']}{err} | {_runs(p)} | {(p['peak_memory'] or 0) / MiB:,.0f} | "
                    f"{(p.get('predicted') or 0) / MiB:,.0f} | {_ratio(p)} | {'yes' if p['label'] in on else ''} |")
     plan = grid.get("plan") or {}
-    out.append(f"| the plan (c) | {plan.get('duration_s')} | {(plan.get('peak_memory') or 0) / MiB:,.0f} | "
+    out.append(f"| the plan (c) | {_runs(plan)} | {(plan.get('peak_memory') or 0) / MiB:,.0f} | "
                f"{(plan.get('predicted') or 0) / MiB:,.0f} | {_ratio(plan)} | |")
     for c in grid.get("caps", []):
         err = f" FAILED: {c['error']}" if c.get("error") else ""
+        steps = " → ".join(c.get("steps") or []) or "plan"
         out.append(f"| operator, memory_cap {c['cap']}{err} | {c['duration_s']} | {(c['peak_memory'] or 0) / MiB:,.0f}"
-                   f" | {(c.get('predicted') or 0) / MiB:,.0f} | {_ratio(c)} | within cap: {c['within_cap']} |")
+                   f" | {(c.get('predicted') or 0) / MiB:,.0f} | {_ratio(c)} | within cap: {c['within_cap']}; "
+                   f"attempts: {steps}; task {c.get('task_wall_s')} s |")
     place = grid.get("place") or {}
     if place.get("fastest"):
         out += ["", f"The fastest point within the plan's budget ({place['budget_bytes'] / GiB:.1f} GiB) is "
                 f"{place['fastest']}: the plan took {place['plan_vs_fastest']}x its time (within 10 %: "
-                f"{place['within_10pct']}). The lightest point within 5 % of that one is "
+                f"{place['within_10pct']}; the two compared on the means of two runs where both ran twice). "
+                f"The lightest point within 5 % of that one is "
                 f"{place['lightest_within_5pct']}; the plan's peak is {place['plan_memory_vs_lightest']}x its peak."]
     return [*out, ""]
 
