@@ -263,8 +263,8 @@ def comparison_lines(rs: list[dict[str, Any]]) -> list[str]:
         f"- **Block, 8 cores with all 32 GiB** (memory_cap 32 GiB, the guide's 'isolated ingest'): "
         f"{_bytes(s8c['min_insert_block_size_bytes'])}, {agree(s8c)}: "
         f"{s8c['reasons']['min_insert_block_size_bytes']}. The guide's formula gives three copies of each "
-        "thread's block the whole cap and counts nothing else the load holds; the plan keeps a tenth of the cap "
-        "over its whole prediction, since a load that stops at its cap costs a second insert (measured at 3.3 GB "
+        "thread's block the whole cap and counts nothing else the load holds; the plan keeps its whole "
+        "prediction x 1.2 under the cap, since a load that stops at its cap costs a second insert (measured at 3.3 GB "
         "under a 2 GiB cap, docs/benchmarks.md). The guide's own peak, 26.57 GiB, stayed under its 32 GiB.",
         f"- **Block, 16 cores with all 64 GiB**: {_bytes(s16c['min_insert_block_size_bytes'])}, {agree(s16c)}: the "
         f"guide's formula gives 64 GiB / (3 x 8) = 2,863,311,530 too, but the plan caps the block by the data so "
