@@ -192,7 +192,7 @@ def fit_block(
         f"{fmt_bytes(block)}, fitted to the budget: with {fmt_bytes(planned)} the predicted peak would be "
         f"{fmt_bytes(int(planned_peak))} against max_memory_usage {fmt_bytes(cap)}, so the block is the largest whose "
         f"predicted peak x {PEAK_FIT_MARGIN:g} stays under it (docs/tuning.md); "
-        f"the formula's reason: {settings.reasons.get('min_insert_block_size_bytes', '')}"
+        f"before fitting: {settings.reasons.get('min_insert_block_size_bytes', '')}"
     )
     return settings.model_copy(update={
         "values": {**values, "min_insert_block_size_bytes": block},
