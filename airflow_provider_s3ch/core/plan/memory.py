@@ -179,8 +179,8 @@ def fit_block(
                                 compression=compression, nodes=nodes, scale=scale, expansion=expansion)
         return estimate.model_bytes * scale * PEAK_FIT_MARGIN
 
-    planned_peak = with_margin(planned) / PEAK_FIT_MARGIN
-    if planned_peak * PEAK_FIT_MARGIN <= cap or with_margin(MIN_BLOCK_BYTES) > cap:
+    planned_high = with_margin(planned)
+    if planned_high <= cap or with_margin(MIN_BLOCK_BYTES) > cap:
         return settings
     # whole MiB: the smallest fits, the planned block does not, and the prediction grows with the block
     low, high = MIN_BLOCK_BYTES // MiB, -(-planned // MiB)
@@ -190,7 +190,8 @@ def fit_block(
     block = low * MiB
     reason = (
         f"{fmt_bytes(block)}, fitted to the budget: with {fmt_bytes(planned)} the predicted peak would be "
-        f"{fmt_bytes(int(planned_peak))} against max_memory_usage {fmt_bytes(cap)}, so the block is the largest whose "
+        f"{fmt_bytes(int(planned_high / PEAK_FIT_MARGIN))} against max_memory_usage {fmt_bytes(cap)}, "
+        f"so the block is the largest whose "
         f"predicted peak x {PEAK_FIT_MARGIN:g} stays under it (docs/tuning.md); "
         f"before fitting: {settings.reasons.get('min_insert_block_size_bytes', '')}"
     )
