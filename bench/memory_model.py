@@ -3,7 +3,8 @@
 The prediction is the planner's (``airflow_provider_s3ch.core.plan.memory.predict_peak``), made after the run
 from what the plan knew (the dataset's manifest summary, the server's cores) and the settings each load ran
 with: variants (a)-(e), every grid point, every memory-cap load. The band is measured / predicted over the
-loads from S3; (e) reads local files with ``file()`` (no S3 client, no download buffers) and is shown apart.
+loads from S3; (e) reads local files with ``file()`` (no S3 reader), is predicted for a local read
+(``source="file"``) and is shown apart.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 _man: Any = man, _c: int = cores, _s: dict = summary) -> None:
             if not ok or not peak:
                 return
-            e = predict_peak(settings, _man, cores=_c, fmt=_s["format"], compression=_s.get("compression"))
+            e = predict_peak(settings, _man, cores=_c, fmt=_s["format"], compression=_s.get("compression"),
+                             source="file" if load.startswith("(e)") else "s3")
             out.append({"dataset": _n, "load": load, "threads": settings.get("max_insert_threads"),
                         "block": settings.get("min_insert_block_size_bytes"), "predicted": e.bytes, "measured": peak,
                         "ratio": round(peak / e.bytes, 3), "s3": not load.startswith("(e)")})
@@ -124,7 +126,8 @@ def lines(results: dict[str, Any]) -> list[str]:
            f"Over the {b['loads']} loads from S3: **{b['min']:.2f} to {b['max']:.2f}**, "
            f"{inside} of {b['loads']} within "
            f"the stated band {PEAK_BAND[0]}-{PEAK_BAND[1]}; mean error {b['mean_abs_error'] * 100:.0f} %. "
-           + (f"The {b['file_loads']} `file()` loads (no S3 reader): {b['file_min']:.2f} to {b['file_max']:.2f}."
+           + (f"The {b['file_loads']} `file()` loads (no S3 reader, predicted for a local read): "
+              f"{b['file_min']:.2f} to {b['file_max']:.2f}."
               if b["file_loads"] else ""), "",
            "| dataset | load | threads | block MiB | predicted MiB | measured MiB | ratio |",
            "|---|---|---:|---:|---:|---:|---:|"]

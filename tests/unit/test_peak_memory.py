@@ -12,7 +12,12 @@ from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.models import Manifest, S3Object
 from airflow_provider_s3ch.core.plan import PEAK_BAND, make_plan, predict_peak
 from airflow_provider_s3ch.core.plan.budget import Budget
-from airflow_provider_s3ch.core.plan.memory import PEAK_FIT_MARGIN, fit_block
+from airflow_provider_s3ch.core.plan.memory import (
+    PEAK_FIT_MARGIN,
+    PEAK_S3_STREAM_BYTES,
+    PEAK_S3_STREAM_FILES,
+    fit_block,
+)
 from airflow_provider_s3ch.core.plan.settings import MIN_BLOCK_BYTES, plan_settings
 from tests.unit.test_planner import SOURCE_URL, profile, request
 
@@ -64,6 +69,30 @@ def test_the_prediction_is_within_its_band_on_the_benchmarks_loads(man: Manifest
     assert PEAK_BAND[0] <= ratio <= PEAK_BAND[1], (ratio, estimate.reason)
 
 
+# The same files read from local disk with file() (make bench's control loads and bench probes with 1, 2 and 4
+# threads): a stream over many files holds less than from S3; with few files per stream, or blocks bounded by
+# the data, about the same.
+MEASURED_FILE = [
+    (FEW_LARGE, s(2, 76.6), 1271), (FEW_LARGE, s(2, 76.6), 1337), (CSV_FEW, s(2, 64), 852), (CSV_FEW, s(2, 64), 865),
+    (MANY_SMALL, s(2, 64), 388), (MANY_SMALL, s(2, 64), 395), (MANY_SMALL, s(1, 64), 244), (MANY_SMALL, s(4, 64), 572),
+    (MANY_SMALL, s(1, 256), 796), (MANY_SMALL, s(2, 1024), 840),
+    (CSV_MANY, s(2, 64), 311), (CSV_MANY, s(2, 64), 361), (CSV_MANY, s(1, 64), 244), (CSV_MANY, s(4, 64), 532),
+    (CSV_MANY, s(1, 256), 797), (CSV_MANY, s(2, 1024), 840),
+]
+
+
+@pytest.mark.parametrize(("man", "values", "peak_mib"), MEASURED_FILE)
+def test_the_prediction_for_local_files_is_within_two_thirds_and_three_halves(man: Manifest, values: dict,
+                                                                              peak_mib: int) -> None:
+    values = {"max_threads": values.get("max_insert_threads", 2), **values}
+    estimate = predict_peak(values, man, cores=2, fmt=man.format, compression=man.compression, source="file")
+    ratio = peak_mib * MiB / estimate.bytes
+    assert 1 / 1.5 <= ratio <= 1.5, (ratio, estimate.reason)
+    from_s3 = predict_peak(values, man, cores=2, fmt=man.format, compression=man.compression)
+    if man.file_count >= 200 and estimate.bytes < from_s3.bytes:  # the S3 model alone misses these by far more
+        assert "read from local files" in estimate.reason and peak_mib * MiB / from_s3.bytes < ratio
+
+
 sizes = st.integers(min_value=1 * MiB, max_value=4096 * MiB)
 
 
@@ -79,6 +108,21 @@ def test_more_threads_or_bigger_blocks_never_predict_less(threads, more, block, 
 
     assert peak(threads + more, block) >= peak(threads, block)
     assert peak(threads, block + bigger) >= peak(threads, block)
+
+
+@settings(max_examples=200, deadline=None)
+@given(threads=st.integers(1, 16), block=sizes, cores=st.integers(1, 64), n=st.integers(1, 2000),
+       total=st.integers(1, 10**11), row_group=st.none() | sizes)
+def test_local_files_predict_no_more_than_s3_and_at_most_one_stream_term_less(threads, block, cores, n, total,
+                                                                             row_group) -> None:
+    man = files(n, max(n, total), "Parquet", uncompressed=3 * max(n, total) if row_group else None, row_group=row_group)
+    values = {"max_insert_threads": threads, "min_insert_block_size_bytes": block, "max_threads": threads}
+    s3 = predict_peak(values, man, cores=cores, fmt="Parquet", compression=None)
+    local = predict_peak(values, man, cores=cores, fmt="Parquet", compression=None, source="file")
+    readers = min(threads, n)
+    assert s3.bytes - readers * PEAK_S3_STREAM_BYTES * min(1.0, n / readers / PEAK_S3_STREAM_FILES) - 1 <= (
+        local.bytes) <= s3.bytes
+    assert local.terms["reading"] == s3.terms["reading"] and local.terms["base"] == s3.terms["base"]
 
 
 @settings(max_examples=100, deadline=None)
