@@ -40,11 +40,12 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
                 _man: Any = man, _c: int = cores, _s: dict = summary) -> None:
             if not ok or not peak:
                 return
+            s3 = not load.startswith("(e)")  # (e) reads the files from local disk with file()
             e = predict_peak(settings, _man, cores=_c, fmt=_s["format"], compression=_s.get("compression"),
-                             source="file" if load.startswith("(e)") else "s3")
+                             source="s3" if s3 else "file")
             out.append({"dataset": _n, "load": load, "threads": settings.get("max_insert_threads"),
                         "block": settings.get("min_insert_block_size_bytes"), "predicted": e.bytes, "measured": peak,
-                        "ratio": round(peak / e.bytes, 3), "s3": not load.startswith("(e)")})
+                        "ratio": round(peak / e.bytes, 3), "s3": s3})
 
         labels = {"a": "(a) defaults", "b": "(b) guide formula", "c": "(c) operator", "d": "(d) best of grid",
                   "e": "(e) file()"}

@@ -132,9 +132,9 @@ def predict_peak(
     writers = min(_int(values.get("max_insert_threads"), cores), readers)
     block = _int(values.get("min_insert_block_size_bytes"), DEFAULT_BLOCK_BYTES)
     per_block = int(PEAK_BLOCK_FACTOR * writers * block) + writers * PEAK_THREAD_BYTES
+    per_stream = files / readers
     local = 0
     if source == "file":  # no S3 reader: a stream over many files holds less
-        per_stream = files / readers
         local = int(readers * PEAK_S3_STREAM_BYTES * min(1.0, per_stream / PEAK_S3_STREAM_FILES))
         per_block = max(0, per_block - local)
     blocks = min(per_block, int(PEAK_DATA_FACTOR * data))
@@ -154,7 +154,7 @@ def predict_peak(
         f"{fmt_bytes(base)} base{small} + "
         f"{writers} writing x ({PEAK_BLOCK_FACTOR} x {fmt_bytes(block)} block + "
         f"{fmt_bytes(PEAK_THREAD_BYTES)})"
-        + (f" less {fmt_bytes(local)} read from local files ({files / readers:g} files per stream)" if local else "")
+        + (f" less {fmt_bytes(local)} read from local files ({per_stream:g} files per stream)" if local else "")
         + f" + {reading_text}"
     )
     if blocks < per_block:
