@@ -26,6 +26,7 @@ from typing import Any
 from airflow_provider_s3ch.core.access import with_hint
 from airflow_provider_s3ch.core.deferral import SETTLE_SECONDS, DeferredLoad
 from airflow_provider_s3ch.core.errors import NothingMatchedError
+from airflow_provider_s3ch.core.formats import detect_format
 from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
 from airflow_provider_s3ch.core.history import Learned, TagFacts, history_key, learn
 from airflow_provider_s3ch.core.history import tag as history_tag
@@ -132,7 +133,7 @@ class LoadRun:
         # errors still come first).
         listed: queue.Queue[Listed | None] = queue.Queue(maxsize=1)
         pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3ch-profile")
-        early_read = pool.submit(self._read_ahead, hook, listed.get)
+        early_read = pool.submit(self._read_ahead, hook, listed.get, self._early_key(hook))
         pool.shutdown(wait=False)
         ledger = None
         loads: list[Loaded] = []
@@ -275,11 +276,12 @@ class LoadRun:
             return None
         return mark
 
-    def _read_ahead(self, hook: ClickHouseHook, listed: Callable[[], Listed | None]) -> ReadAhead | Exception:
+    def _read_ahead(self, hook: ClickHouseHook, listed: Callable[[], Listed | None],
+                    early_key: str | None) -> ReadAhead | Exception:
         """:func:`~airflow_provider_s3ch.load.target.read_ahead`, or its error, to raise once the listing's errors
         had their turn."""
         try:
-            return read_ahead(hook, self.request, self.options.table_spec, listed)
+            return read_ahead(hook, self.request, self.options.table_spec, listed, early_key=early_key)
         except Exception as exc:  # noqa: BLE001 - raised after the listing's own errors
             return exc
 
@@ -297,6 +299,16 @@ class LoadRun:
         request = self.request
         return history_key(f"{request.table.database or hook.database}.{request.table.name}", request.bucket,
                            request.key_pattern, request.format or manifest.format)
+
+    def _early_key(self, hook: ClickHouseHook) -> str | None:
+        """The history key before the listing, where the format is given or the glob's extension names it (the
+        listing's own key decides: a different one is read again); None when the run does not learn."""
+        request = self.request
+        fmt = request.format or detect_format(request.key_pattern)
+        if not self._learns or fmt is None:
+            return None
+        return history_key(f"{request.table.database or hook.database}.{request.table.name}", request.bucket,
+                           request.key_pattern, fmt)
 
     def _url(self, hook: ClickHouseHook, source: S3Source, manifest: Manifest) -> str:
         """The glob's URL as the server reads it."""

@@ -70,16 +70,23 @@ class ReadAhead:
 
 
 def read_ahead(hook: ClickHouseHook, request: LoadRequest, spec: TableSpec | None,
-               listed: Callable[[], Listed | None]) -> ReadAhead:
-    """The profile; then, once ``listed`` gives the listing (None: the listing failed), the earlier loads and
-    the schema check's ``DESCRIBE``s (for a plan of the listing alone: the statements do not depend on the
-    footers, and a statement the ``target`` phase renders otherwise runs there)."""
+               listed: Callable[[], Listed | None], *, early_key: str | None = None) -> ReadAhead:
+    """The profile and, given ``early_key``, the earlier loads under it; then, once ``listed`` gives the listing
+    (None: the listing failed), the earlier loads under the listing's key (unless read already) and the schema
+    check's ``DESCRIBE``s (for a plan of the listing alone: the statements do not depend on the footers, and a
+    statement the ``target`` phase renders otherwise runs there).
+
+    :param early_key: the history key as the glob's extension names the format: the earlier loads are read
+        while the worker still builds the S3 client, not after the listing.
+    """
     ahead = ReadAhead(profile=read_profile(hook, request, spec))
+    early = QueryLog(hook).past_loads(early_key) if early_key is not None else None
     got = listed()
     if got is None:
         return ahead
     manifest, url, credentials, key = got
-    ahead.past = QueryLog(hook).past_loads(key) if key is not None else None
+    ahead.past = early if key is not None and key == early_key else (
+        QueryLog(hook).past_loads(key) if key is not None else None)
     try:
         plan = make_plan(request, manifest, ahead.profile, source_url=url)
     except Exception:  # noqa: BLE001 - the target phase plans again and says why

@@ -117,3 +117,19 @@ def test_learning_can_be_turned_off(stack: LocalStack, posts: SampleDataset, pos
         op = S3ToClickHouseOperator(task_id="load", s3_uri=posts.s3_uri, table=posts_table, learn_from_history=False)
         result = op.execute(fake_context())
     assert result["history"] is None and query_log(stack, result["query_id"])["log_comment"] == ""
+
+
+@pytest.mark.parametrize("glob", ["*.csv.gz", "*"])
+def test_the_history_is_read_whether_the_glob_names_the_format_or_only_the_files_do(
+    stack: LocalStack, csv_posts: str, posts_table: str, glob: str
+) -> None:
+    # ``*.csv.gz`` names the format: the earlier loads are read before the listing, under the glob's key;
+    # ``*`` does not: they are read after it, under the key of the format the files' extensions name.
+    uri = csv_posts.replace("*.csv.gz", glob)
+    results = []
+    for _ in range(2):
+        op = S3ToClickHouseOperator(task_id="load", s3_uri=uri, table=posts_table)
+        results.append(op.execute(fake_context()))
+    assert count(stack, posts_table) == 2 * results[0]["written_rows"] > 0
+    stack.clickhouse_client().execute(f"TRUNCATE TABLE {posts_table}")
+    assert results[0]["history"] is None and results[1]["history"]["loads"] == 1
