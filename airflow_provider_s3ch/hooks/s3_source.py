@@ -143,6 +143,10 @@ class ModelLoader(Loader):
 
     def list_available_services(self, type_name: str) -> list[str]:
         """The search paths' folders: one listing each (a folder without a ``type_name`` model then fails
-        to load with botocore's ``DataNotFoundError``, not ``UnknownServiceError``)."""
-        return sorted({name for path in self.search_paths if os.path.isdir(path) for name in os.listdir(path)
-                       if os.path.isdir(os.path.join(path, name))})
+        to load with botocore's ``DataNotFoundError``, not ``UnknownServiceError``). ``scandir`` tells a folder
+        from the listing itself, without a ``stat`` of each of its ~470 entries."""
+        names: set[str] = set()
+        for path in self.search_paths:
+            with contextlib.suppress(OSError), os.scandir(path) as entries:
+                names.update(entry.name for entry in entries if entry.is_dir())
+        return sorted(names)
