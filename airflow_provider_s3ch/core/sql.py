@@ -441,3 +441,20 @@ def render_exchange(a: TableRef, b: TableRef) -> str:
     :param b: the other.
     """
     return f"EXCHANGE TABLES {render_table(a)} AND {render_table(b)}"
+
+
+#: The first ClickHouse release taken to flush one system log by name (``SYSTEM FLUSH LOGS query_log``,
+#: ClickHouse#76132, merged in February 2025): an older server is sent the plain statement, which flushes every log.
+FLUSH_ONE_LOG_SINCE = (25, 4)
+
+
+def render_flush_logs(version: tuple[int, int] | None) -> str:
+    """``SYSTEM FLUSH LOGS`` of ``system.query_log`` alone, the one log the load reads, on a server that flushes
+    one log by name; else of every log (a server flushes some twenty, each a part written, which takes seconds on
+    a busy one: ClickHouse#67217).
+
+    :param version: the server's (major, minor) version; None when not known (every log).
+    """
+    if version is not None and version >= FLUSH_ONE_LOG_SINCE:
+        return "SYSTEM FLUSH LOGS query_log"
+    return "SYSTEM FLUSH LOGS"

@@ -19,7 +19,8 @@ from airflow_provider_s3ch.core.history import HISTORY_DAYS, HISTORY_LOADS, Past
 from airflow_provider_s3ch.core.metrics import QUERY_LOG_COLUMNS, QueryLogRow
 from airflow_provider_s3ch.core.recovery import EarlierTry, QueryId
 from airflow_provider_s3ch.core.server_models import ClusterNode
-from airflow_provider_s3ch.errors import LoadError, S3chError
+from airflow_provider_s3ch.core.sql import render_flush_logs
+from airflow_provider_s3ch.errors import ClickHouseQueryError, LoadError, S3chError
 
 if TYPE_CHECKING:
     from clickhouse_driver import Client
@@ -28,6 +29,9 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
+#: What an older server is sent (:func:`flush_logs`).
+FLUSH_ALL_LOGS = render_flush_logs(None)
+
 _LOG_SQL = (
     f"SELECT {', '.join(QUERY_LOG_COLUMNS)} FROM system.query_log WHERE {{where}} "
     "AND type != 'QueryStart' AND event_date >= yesterday() ORDER BY event_time_microseconds"
@@ -35,9 +39,31 @@ _LOG_SQL = (
 
 def flush_logs(hook: ClickHouseHook, nodes: Sequence[ClusterNode] = (), *, client: Client | None = None) -> None:
     """``SYSTEM FLUSH LOGS`` on ``client``, else on each node (the connection's node when there are none), so
-    that ``system.query_log`` holds every query that ended."""
+    that ``system.query_log`` holds every query that ended: of that log alone where the server's version flushes
+    one log by name (:func:`~airflow_provider_s3ch.core.sql.render_flush_logs`), and of every log where the
+    server refuses the name."""
     for one in [client] if client is not None else [c for _, c in hook.node_clients(nodes)]:
-        hook.execute("SYSTEM FLUSH LOGS", client=one)
+        sql = render_flush_logs(_version(one))
+        if sql != FLUSH_ALL_LOGS:
+            try:
+                hook.execute(sql, client=one)
+                continue
+            except ClickHouseQueryError as exc:
+                _log.info("%s: %s; flushing every log", sql, exc)
+        hook.execute(FLUSH_ALL_LOGS, client=one)
+
+
+def _version(client: Client) -> tuple[int, int] | None:
+    """The server's (major, minor) version from the client's handshake (connecting it first, as the statement would);
+    None when it cannot connect (the statement then says why)."""
+    connection = client.connection
+    if not connection.connected:
+        try:
+            connection.connect()  # the handshake alone (force_connect would mark a query as running)
+        except Exception:  # noqa: BLE001 - the flush that follows raises the provider's error
+            return None
+    info = connection.server_info
+    return (int(info.version_major), int(info.version_minor)) if info is not None else None
 
 
 def is_listed(hook: ClickHouseHook, query_id: str) -> bool:

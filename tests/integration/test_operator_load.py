@@ -175,3 +175,37 @@ def test_a_retry_after_the_s3_uri_changed_loads_afresh(
     assert two["query_id"].split("-")[1] != one["query_id"].split("-")[1], "a new configuration, a new stem"
     assert count(stack, posts_table) == one["written_rows"] + two["written_rows"]
     assert two["written_rows"] > 0 and two["partitions"] != one["partitions"]
+
+
+def _flushes(stack: LocalStack, since: str) -> list[tuple[str, str]]:
+    """The provider's ``SYSTEM FLUSH LOGS`` statements since ``since`` (a server time), as the server logged them."""
+    ch = stack.clickhouse_client()
+    ch.execute("SYSTEM FLUSH LOGS")
+    return [(str(t), str(q)) for t, q in ch.execute(
+        "SELECT toString(type), query FROM system.query_log WHERE endsWith(client_name, 'airflow-provider-s3ch') "
+        "AND query LIKE 'SYSTEM FLUSH LOGS%%' AND event_time_microseconds > toDateTime64(%(s)s, 6) "
+        "AND type != 'QueryStart' "
+        "ORDER BY event_time_microseconds", {"s": since})]
+
+
+@pytest.mark.parametrize("named", ["query_log", "no_such_log"])
+def test_the_figures_are_flushed_from_the_query_log_alone_or_from_every_log_where_the_name_is_refused(
+    stack: LocalStack, posts: SampleDataset, posts_table: str, monkeypatch: pytest.MonkeyPatch, named: str
+) -> None:
+    from airflow_provider_s3ch.core.sql import render_flush_logs
+    from airflow_provider_s3ch.hooks import query_log as query_log_module
+
+    # A server that refuses the log's name (here: one it does not have) gets the statement for every log.
+    monkeypatch.setattr(query_log_module, "render_flush_logs",
+                        lambda version: render_flush_logs(version).replace("query_log", named))
+    since = stack.clickhouse_client().execute("SELECT toString(now64(6))")[0][0]
+    result = S3ToClickHouseOperator(task_id="load", s3_uri=posts.s3_uri, table=posts_table).execute(fake_context())
+
+    assert count(stack, posts_table) == posts.rows == result["written_rows"]
+    assert result["duration_ms"] == query_log(stack, result["query_id"])["query_duration_ms"]
+    flushes = _flushes(stack, since)
+    if named == "query_log":  # the server's version flushes one log by name (26.9 here)
+        assert flushes == [("QueryFinish", "SYSTEM FLUSH LOGS query_log")]
+    else:
+        assert flushes == [("ExceptionBeforeStart", "SYSTEM FLUSH LOGS no_such_log"),
+                           ("QueryFinish", "SYSTEM FLUSH LOGS")]

@@ -5,14 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.models import QUERY_LOG_SETTINGS, InsertSettings, LoadPlan, S3Credentials, TableRef
 from airflow_provider_s3ch.core.sql import (
+    FLUSH_ONE_LOG_SINCE,
     RenderedSQL,
     parseable,
     quote_identifier,
     quote_literal,
+    render_flush_logs,
     render_insert,
     render_setting_value,
     render_settings,
@@ -309,3 +313,10 @@ def test_a_long_statement_is_shortened_for_logs_with_the_rest_counted() -> None:
 
     assert shorten("abc", limit=5) == "abc"
     assert shorten("x" * 10_005, limit=4) == "xxxx… [10,001 more characters]"
+
+
+@given(major=st.integers(0, 99), minor=st.integers(0, 12))
+def test_the_flush_names_the_query_log_from_the_version_that_can_and_flushes_every_log_before(major, minor) -> None:
+    sql = render_flush_logs((major, minor))
+    assert sql == ("SYSTEM FLUSH LOGS query_log" if (major, minor) >= FLUSH_ONE_LOG_SINCE else "SYSTEM FLUSH LOGS")
+    assert render_flush_logs(None) == "SYSTEM FLUSH LOGS"
