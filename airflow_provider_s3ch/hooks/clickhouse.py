@@ -1,12 +1,12 @@
 """ClickHouseHook: the native-protocol connection to ClickHouse (clickhouse-driver), and Airflow's SQL hook.
 
-Connection (clients cached per node, closed), execute, typed rows, the native insert, and error translation
-by the core's code table. It makes no decision. The server's facts are read by :mod:`.server`, the load's
-queries followed and killed by :mod:`.query_log`, a deferrable insert started by :mod:`.http_insert`.
+Connection (clients cached per node, closed; :mod:`.native`'s), execute, typed rows, the native insert, and error
+translation by the core's code table. It makes no decision. The server's facts are read by :mod:`.server`, the
+load's queries followed and killed by :mod:`.query_log`, a deferrable insert started by :mod:`.http_insert`.
 
 As a :class:`~airflow.providers.common.sql.hooks.sql.DbApiHook` over ``clickhouse_driver.dbapi`` for the
-``clickhouse_native`` connection type, ``SQLExecuteQueryOperator``, the SQL sensors, ``get_records`` and
-``get_df`` work with it.
+``clickhouse_native`` connection type, ``SQLExecuteQueryOperator``, the SQL sensors, ``get_records`` and ``get_df``
+work with it.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from airflow_provider_s3ch.errors import (
     S3chError,
     TableError,
 )
+from airflow_provider_s3ch.hooks.native import native_client
 from airflow_provider_s3ch.hooks.quiet import quiet_loggers
 
 DEFAULT_PORT = 9000
@@ -200,9 +201,9 @@ class ClickHouseHook(ConnectionForm, DbApiHook):
     def client_for(self, host: str, port: int, *, fresh: bool = False) -> Client:
         """A client on a node of the cluster, with this connection's credentials; cached unless ``fresh``."""
         if fresh:
-            return Client(host, port=port, **self._client_kwargs)
+            return native_client(host, port, **self._client_kwargs)
         if (host, port) not in self._clients:
-            self._clients[(host, port)] = Client(host, port=port, **self._client_kwargs)
+            self._clients[(host, port)] = native_client(host, port, **self._client_kwargs)
         return self._clients[(host, port)]
 
     def node_clients(self, nodes: Sequence[ClusterNode]) -> list[tuple[str, Client]]:
