@@ -5,6 +5,10 @@ from what the plan knew (the dataset's manifest summary, the server's cores) and
 with: variants (a)-(e), every grid point, every memory-cap load. The band is measured / predicted over the
 loads from S3; (e) reads local files with ``file()`` (no S3 reader), is predicted for a local read
 (``source="file"``) and is shown apart.
+
+:func:`other_server_rows` does the same for the end-to-end section run on another server (``bench/results/
+cores16``: 16 cores): those runs recorded the operator's prediction of the moment, not its settings, so its plan is
+made again from the manifest summary at that server's cores (the plan's choices do not depend on the model).
 """
 
 from __future__ import annotations
@@ -98,6 +102,67 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def replan(summary: dict[str, Any], cores: int, memory: int) -> tuple[dict[str, Any], int]:
+    """The operator's plan for these files on a server of ``cores`` and ``memory``: its settings and its predicted peak.
+
+    :param summary: a manifest summary (``files``, ``bytes``, ``format``, ``compression``, ``uncompressed_bytes``,
+        ``max_row_group_bytes``, ``request_ms``), the objects taken as equal.
+    """
+    from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object
+    from airflow_provider_s3ch.core.plan import make_plan
+    from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
+
+    count, total = summary["files"], summary["bytes"]
+    sizes = [total // count] * count
+    sizes[-1] += total - sum(sizes)
+    bucket, pattern = summary.get("bucket") or "bench", summary.get("pattern") or "data/*"
+    prefix = pattern.rsplit("/", 1)[0] + "/" if "/" in pattern else ""
+    manifest = Manifest(
+        bucket=bucket, pattern=pattern, prefix=prefix, format=summary["format"], compression=summary.get("compression"),
+        objects=[S3Object(key=f"{prefix}{i:04d}", size=size) for i, size in enumerate(sizes)],
+        uncompressed_bytes=summary.get("uncompressed_bytes"), max_row_group_bytes=summary.get("max_row_group_bytes"),
+        footer_files=count if summary.get("max_row_group_bytes") else 0, request_ms=summary.get("request_ms"),
+    )
+    server = ServerProfile(version="bench", cores=cores, memory_bytes=memory, memory_source="bench",
+                           table=TableInfo(database="default", name="t", engine="MergeTree"))
+    plan = make_plan(LoadRequest(s3_uri=f"s3://{bucket}/{pattern}", table="default.t"), manifest, server,
+                     source_url=f"https://{bucket}.s3.amazonaws.com/{pattern}")
+    return dict(plan.settings.values), plan.predicted_peak_bytes or 0
+
+
+def other_server_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The end-to-end loads of runs on another server, predicted with the current model: the hand-written insert
+    (ClickHouse's defaults) and the operator's plan made again from the manifest summary at the run's cores.
+
+    :param runs: the runs' JSON (``machine`` and ``end_to_end``, as ``python -m bench.run --only end_to_end``
+        writes it).
+    :return: rows as :func:`rows` makes them, with ``recorded``: the operator's prediction at run time.
+    """
+    from airflow_provider_s3ch.core.plan import predict_peak
+
+    out: list[dict[str, Any]] = []
+    for run in runs:
+        cores = int((run.get("machine") or {}).get("nproc") or 2)
+        memory = int((run.get("machine") or {}).get("memory_bytes") or 0)
+        for r in run.get("end_to_end") or []:
+            m = r.get("manifest")
+            if not m:
+                continue
+            settings, _ = replan(m, cores, memory)
+            for variant, values in (("hand", {}), ("operator", settings)):
+                predicted = predict_peak(values, _manifest(m), cores=cores, fmt=m["format"],
+                                         compression=m.get("compression")).bytes
+                for i, load in enumerate(r["runs"].get(variant, []), start=1):
+                    if not load.get("peak"):
+                        continue
+                    out.append({"dataset": r["dataset"], "load": f"{cores} cores, {r['path']}: {variant} #{i}",
+                                "threads": values.get("max_insert_threads"),
+                                "block": values.get("min_insert_block_size_bytes"), "predicted": predicted,
+                                "measured": load["peak"], "ratio": round(load["peak"] / predicted, 3), "s3": True,
+                                "recorded": load.get("predicted")})
+    return out
+
+
 def band(table: list[dict[str, Any]]) -> dict[str, Any]:
     s3 = [r["ratio"] for r in table if r["s3"]]
     other = [r["ratio"] for r in table if not r["s3"]]
@@ -109,7 +174,12 @@ def band(table: list[dict[str, Any]]) -> dict[str, Any]:
             "file_max": max(other) if other else None}
 
 
-def lines(results: dict[str, Any]) -> list[str]:
+def lines(results: dict[str, Any], other_server: list[dict[str, Any]] | None = None) -> list[str]:
+    """The report's section: every load of ``results``, and the range over the end-to-end runs of another server.
+
+    :param other_server: runs of the end-to-end section on another server (:func:`other_server_rows`); their
+        loads are summed up in one paragraph, per dataset and insert (hand-written, operator), not listed.
+    """
     from airflow_provider_s3ch.core.plan import PEAK_BAND
 
     table = rows(results)
@@ -130,6 +200,7 @@ def lines(results: dict[str, Any]) -> list[str]:
            + (f"The {b['file_loads']} `file()` loads (no S3 reader, predicted for a local read): "
               f"{b['file_min']:.2f} to {b['file_max']:.2f}."
               if b["file_loads"] else ""), "",
+           *other_server_lines(other_server or []),
            "| dataset | load | threads | block MiB | predicted MiB | measured MiB | ratio |",
            "|---|---|---:|---:|---:|---:|---:|"]
     for r in table:
@@ -137,3 +208,26 @@ def lines(results: dict[str, Any]) -> list[str]:
         out.append(f"| {r['dataset']} | {r['load']} | {r['threads'] or 'default'} | {block} | "
                    f"{r['predicted'] / MiB:,.0f} | {r['measured'] / MiB:,.0f} | {r['ratio']:.2f} |")
     return [*out, ""]
+
+
+def other_server_lines(runs: list[dict[str, Any]]) -> list[str]:
+    """One paragraph: the end-to-end loads of another server, measured / predicted per dataset and insert."""
+    table = other_server_rows(runs)
+    if not table:
+        return []
+    from airflow_provider_s3ch.core.plan import PEAK_BAND
+
+    cores = sorted({r["load"].split(" cores", 1)[0] for r in table})
+    ranges: dict[str, list[float]] = {}
+    for r in table:
+        key = f"{r['dataset']} {r['load'].split(': ')[1].split(' #')[0]}"
+        ranges.setdefault(key, []).append(r["ratio"])
+    ratios = [r["ratio"] for r in table]
+    inside = sum(1 for x in ratios if PEAK_BAND[0] <= x <= PEAK_BAND[1])
+    recorded = [r["measured"] / r["recorded"] for r in table if r.get("recorded")]
+    parts = "; ".join(f"{k} {min(v):.2f}-{max(v):.2f}" for k, v in ranges.items())
+    return [f"On {' and '.join(cores)} cores (the end-to-end section, {len(runs)} runs, {len(table)} loads from S3, "
+            f"the operator's plan made again from the manifest at those cores): **{min(ratios):.2f} to "
+            f"{max(ratios):.2f}**, {inside} of {len(table)} within the band; {parts}."
+            + (f" The operator's predictions at run time: {min(recorded):.2f} to {max(recorded):.2f}."
+               if recorded else ""), ""]

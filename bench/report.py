@@ -308,8 +308,9 @@ def markdown(results: dict[str, Any], images: list[str]) -> str:
     from bench.history_bench import lines as history_lines
     from bench.memory_model import lines as memory_lines
 
-    # The memory section also covers the loads of the sections run alone after the full run (SECTION.json).
-    lines += memory_lines({**results, **(results.get("later_runs") or {})})
+    # The memory section also covers the loads of the sections run alone after the full run (SECTION.json), and
+    # sums up the end-to-end runs of another server (cores16/).
+    lines += memory_lines({**results, **(results.get("later_runs") or {})}, results.get("other_server"))
     lines += history_lines(results.get("history") or {})
     from bench.guide_regime import lines as guide_lines
 
@@ -363,7 +364,9 @@ def write_report(results: dict[str, Any], out: Path) -> Path:
     for section in ("latency", "end_to_end"):  # `--only SECTION` runs (make bench-peers): their loads' peaks
         if (out / f"{section}.json").exists():
             later[section] = json.loads((out / f"{section}.json").read_text()).get(section)
-    text = markdown({**results, "later_runs": {k: v for k, v in later.items() if v}}, images)
+    # The end-to-end section run on a 16-core server (python -m bench.run --only end_to_end there, its JSON copied)
+    other = [json.loads(f.read_text()) for f in sorted((out / "cores16").glob("end_to_end_run*.json"))]
+    text = markdown({**results, "later_runs": {k: v for k, v in later.items() if v}, "other_server": other}, images)
     peers = out / "end_to_end.json"  # make bench-peers: the end-to-end section again, with dlt
     if peers.exists():
         from bench.end_to_end import lines as end_to_end_lines

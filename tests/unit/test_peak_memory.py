@@ -13,6 +13,7 @@ from airflow_provider_s3ch.core.models import Manifest, S3Object
 from airflow_provider_s3ch.core.plan import PEAK_BAND, make_plan, predict_peak
 from airflow_provider_s3ch.core.plan.budget import Budget
 from airflow_provider_s3ch.core.plan.memory import (
+    PEAK_DATA_FACTOR,
     PEAK_FIT_MARGIN,
     PEAK_S3_STREAM_BYTES,
     PEAK_S3_STREAM_FILES,
@@ -91,6 +92,61 @@ def test_the_prediction_for_local_files_is_within_two_thirds_and_three_halves(ma
     from_s3 = predict_peak(values, man, cores=2, fmt=man.format, compression=man.compression)
     if man.file_count >= 200 and estimate.bytes < from_s3.bytes:  # the S3 model alone misses these by far more
         assert "read from local files" in estimate.reason and peak_mib * MiB / from_s3.bytes < ratio
+
+
+# The end-to-end section on a 16-core server (bench/results/cores16, two runs; 125 GiB): 400,000 rows as 20 Parquet
+# files or 10 gzip'd CSV files, each load a fresh operator task (its plan: 8 insert threads, 64 MiB blocks) and a
+# hand-written insert with ClickHouse's defaults, from S3 straight and through a proxy adding 20 or 50 ms per request.
+# Peaks in MiB: the six operator loads and the six hand-written ones of each dataset and S3 path.
+E2E_PARQUET = files(20, 105_901_446, "Parquet", uncompressed=287_739_211, row_group=14_441_817)
+E2E_CSV = files(10, 93_775_006, "CSVWithNames", "gzip")
+PLAN_16 = s(8, 64, min_insert_block_size_rows=0, max_download_buffer_size=52_428_800, insert_deduplicate=0,
+            optimize_on_insert=0)
+MEASURED_16 = [
+    (E2E_PARQUET, "direct", [1286, 1265, 1299, 1288, 1332, 1213], [782, 778, 778, 782, 780, 779]),
+    (E2E_PARQUET, "20 ms", [914, 798, 902, 750, 1026, 1054], [779, 780, 810, 784, 781, 783]),
+    (E2E_PARQUET, "50 ms", [936, 850, 829, 872, 907, 801], [781, 781, 779, 806, 783, 780]),
+    (E2E_CSV, "direct", [1201, 1083, 1091, 943, 853, 1042], [743, 754, 766, 767, 768, 775]),
+    (E2E_CSV, "20 ms", [960, 845, 654, 726, 749, 1006], [769, 787, 766, 775, 758, 772]),
+    (E2E_CSV, "50 ms", [831, 672, 629, 985, 875, 820], [774, 774, 825, 789, 760, 775]),
+]
+
+
+def within_rule(peak: int, predicted: int) -> bool:
+    """Within 0.67-1.5 of the prediction, or within 64 MiB of it for a peak under 100 MiB."""
+    if peak < 100 * MiB:
+        return abs(peak - predicted) <= 64 * MiB
+    return 0.67 <= peak / predicted <= 1.5
+
+
+@pytest.mark.parametrize(("man", "path", "operator", "hand"), MEASURED_16,
+                         ids=[f"{m.format}-{path}" for m, path, _, _ in MEASURED_16])
+def test_the_prediction_holds_on_16_cores(man: Manifest, path: str, operator: list[int], hand: list[int]) -> None:
+    plan = make_plan(request(), man, profile(cores=16, memory=125 * 1024 * MiB), source_url=SOURCE_URL)
+    assert {k: plan.settings.values.get(k) for k in PLAN_16} == PLAN_16 and "max_threads" not in plan.settings.values
+    fmt, compression = man.format, man.compression
+    assert plan.predicted_peak_bytes == predict_peak(PLAN_16, man, cores=16, fmt=fmt, compression=compression).bytes
+    assert not any("will likely stop" in w for w in plan.warnings)
+    for values, peaks in ((PLAN_16, operator), ({}, hand)):
+        estimate = predict_peak(values, man, cores=16, fmt=fmt, compression=compression)
+        for peak_mib in peaks:
+            ratio = peak_mib * MiB / estimate.bytes
+            assert within_rule(peak_mib * MiB, estimate.bytes) and PEAK_BAND[0] <= ratio <= PEAK_BAND[1], (
+                ratio, estimate.reason)
+
+
+def test_text_streams_count_within_the_bound_by_the_data_and_parquet_row_groups_beside_it() -> None:
+    # 8 insert threads over 10 gzip'd CSV files: the writing and the 10 streams' text together at most the bound;
+    # over 20 Parquet files the 16 streams' row groups come on top of the bounded writing.
+    csv = predict_peak(PLAN_16, E2E_CSV, cores=16, fmt="CSVWithNames", compression="gzip")
+    assert csv.terms["blocks"] + csv.terms["reading"] == int(PEAK_DATA_FACTOR * (4 * E2E_CSV.total_bytes))
+    assert "the writing and the reading bounded by" in csv.reason
+    parquet = predict_peak(PLAN_16, E2E_PARQUET, cores=16, fmt="Parquet", compression=None)
+    assert parquet.terms["blocks"] == int(PEAK_DATA_FACTOR * 287_739_211)
+    assert parquet.terms["reading"] == int(16 * 1.5 * 14_441_817) and "the writing bounded by" in parquet.reason
+    # below the bound the text streams still add up: 2 threads x 64 MiB over the same files on 2 cores
+    two = predict_peak(s(2, 64), E2E_CSV, cores=2, fmt="CSVWithNames", compression="gzip")
+    assert two.terms["blocks"] == 2 * (3 * 64 + 60) * MiB and "bounded" not in two.reason
 
 
 sizes = st.integers(min_value=1 * MiB, max_value=4096 * MiB)
