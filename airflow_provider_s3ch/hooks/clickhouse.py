@@ -4,9 +4,8 @@ Connection (clients cached per node, closed; :mod:`.native`'s), execute, typed r
 translation by the core's code table. It makes no decision. The server's facts are read by :mod:`.server`, the
 load's queries followed and killed by :mod:`.query_log`, a deferrable insert started by :mod:`.http_insert`.
 
-As a :class:`~airflow.providers.common.sql.hooks.sql.DbApiHook` over ``clickhouse_driver.dbapi`` for the
-``clickhouse_native`` connection type, ``SQLExecuteQueryOperator``, the SQL sensors, ``get_records`` and ``get_df``
-work with it.
+A :class:`~airflow.providers.common.sql.hooks.sql.DbApiHook` over ``clickhouse_driver.dbapi`` for the
+``clickhouse_native`` type: ``SQLExecuteQueryOperator``, the SQL sensors, ``get_records``, ``get_df`` work.
 """
 
 from __future__ import annotations
