@@ -159,7 +159,7 @@ class LoadRun:
             self.log.info("Manifest: %d files, %s, format %s, compression %s, bucket region %s",
                           manifest.file_count, fmt_bytes(manifest.total_bytes), manifest.format,
                           manifest.compression, manifest.region)
-            self._key = self._history_key(hook, manifest)
+            self._key = self._history_key(hook, manifest.format)
             if self._learns:
                 with self._phase("target"):
                     past = early.past if early.past is not None else self.inserter.queries.past_loads(self._key)
@@ -288,27 +288,23 @@ class LoadRun:
     def _listed(self, hook: ClickHouseHook, source: S3Source, manifest: Manifest) -> Listed:
         """What the read-ahead needs of the listing (worked out here: the thread makes no Airflow calls)."""
         return (manifest, self._url(hook, source, manifest), source.credentials(),
-                self._history_key(hook, manifest) if self._learns else None)
+                self._history_key(hook, manifest.format) if self._learns else None)
 
     @property
     def _learns(self) -> bool:
         """The plan learns from earlier loads (unless the user tags the inserts with a ``log_comment``)."""
         return self.options.learn_from_history and "log_comment" not in self.request.settings
 
-    def _history_key(self, hook: ClickHouseHook, manifest: Manifest) -> str:
+    def _history_key(self, hook: ClickHouseHook, fmt: str) -> str:
         request = self.request
         return history_key(f"{request.table.database or hook.database}.{request.table.name}", request.bucket,
-                           request.key_pattern, request.format or manifest.format)
+                           request.key_pattern, request.format or fmt)
 
     def _early_key(self, hook: ClickHouseHook) -> str | None:
         """The history key before the listing, where the format is given or the glob's extension names it (the
         listing's own key decides: a different one is read again); None when the run does not learn."""
-        request = self.request
-        fmt = request.format or detect_format(request.key_pattern)
-        if not self._learns or fmt is None:
-            return None
-        return history_key(f"{request.table.database or hook.database}.{request.table.name}", request.bucket,
-                           request.key_pattern, fmt)
+        fmt = self.request.format or detect_format(self.request.key_pattern)
+        return self._history_key(hook, fmt) if self._learns and fmt is not None else None
 
     def _url(self, hook: ClickHouseHook, source: S3Source, manifest: Manifest) -> str:
         """The glob's URL as the server reads it."""
