@@ -136,7 +136,8 @@ def other_server_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     :param runs: the runs' JSON (``machine`` and ``end_to_end``, as ``python -m bench.run --only end_to_end``
         writes it).
-    :return: rows as :func:`rows` makes them, with ``recorded``: the operator's prediction at run time.
+    :return: rows as :func:`rows` makes them, with ``recorded`` (the operator's prediction at run time), ``cores``
+        and ``variant``.
     """
     from airflow_provider_s3ch.core.plan import predict_peak
 
@@ -159,7 +160,7 @@ def other_server_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                                 "threads": values.get("max_insert_threads"),
                                 "block": values.get("min_insert_block_size_bytes"), "predicted": predicted,
                                 "measured": load["peak"], "ratio": round(load["peak"] / predicted, 3), "s3": True,
-                                "recorded": load.get("predicted")})
+                                "recorded": load.get("predicted"), "cores": cores, "variant": variant})
     return out
 
 
@@ -217,11 +218,10 @@ def other_server_lines(runs: list[dict[str, Any]]) -> list[str]:
         return []
     from airflow_provider_s3ch.core.plan import PEAK_BAND
 
-    cores = sorted({r["load"].split(" cores", 1)[0] for r in table})
+    cores = [str(n) for n in sorted({r["cores"] for r in table})]
     ranges: dict[str, list[float]] = {}
     for r in table:
-        key = f"{r['dataset']} {r['load'].split(': ')[1].split(' #')[0]}"
-        ranges.setdefault(key, []).append(r["ratio"])
+        ranges.setdefault(f"{r['dataset']} {r['variant']}", []).append(r["ratio"])
     ratios = [r["ratio"] for r in table]
     inside = sum(1 for x in ratios if PEAK_BAND[0] <= x <= PEAK_BAND[1])
     recorded = [r["measured"] / r["recorded"] for r in table if r.get("recorded")]
