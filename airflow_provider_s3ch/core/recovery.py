@@ -151,6 +151,17 @@ _FILLED_RE = re.compile(
     r"^s3ch staging table of (?P<stem>[0-9a-f]+); filled by (?P<query_id>\S+): (?P<figures>\{.*\})$", re.DOTALL)
 
 
+#: The longest setting value a staging table's mark keeps whole (a long ``log_comment``, a ``structure``).
+MARK_SETTING_CHARS = 1024
+
+
+def _shortened(value: Any) -> Any:
+    text = value if isinstance(value, str) else None
+    if text is None or len(text) <= MARK_SETTING_CHARS:
+        return value
+    return f"{text[:MARK_SETTING_CHARS]}... ({len(text)} characters)"
+
+
 class FilledMark(BaseModel):
     """The durable witness that an insert into a staging table finished: the staging table's comment (the
     target's, after an ``overwrite`` swap), written after the insert and before any partition moves. A retry
@@ -162,8 +173,12 @@ class FilledMark(BaseModel):
     figures: dict[str, Any]
 
     def comment(self) -> str:
-        """The comment that carries this mark."""
-        return f"{staging_marker(self.stem)}{_FILLED}{self.query_id}: {json.dumps(self.figures, sort_keys=True)}"
+        """The comment that carries this mark; a setting longer than :data:`MARK_SETTING_CHARS` shortened (a
+        comment is table metadata, which the server keeps within ``max_query_size``: it refuses a longer one)."""
+        figures = dict(self.figures)
+        if isinstance(figures.get("settings"), dict):
+            figures["settings"] = {name: _shortened(value) for name, value in figures["settings"].items()}
+        return f"{staging_marker(self.stem)}{_FILLED}{self.query_id}: {json.dumps(figures, sort_keys=True)}"
 
     @property
     def try_number(self) -> int:

@@ -18,7 +18,7 @@ from airflow_provider_s3ch.core.plan.shrink import step as shrink_step
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
-from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, render_insert
+from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, parseable, render_insert
 from airflow_provider_s3ch.core.staging import Step, abandon_statements, prepare_statements
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, QueryMemoryLimitError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
@@ -35,9 +35,10 @@ Tag = Callable[[LoadPlan, str], LoadPlan]
 
 
 def run_steps(hook: ClickHouseHook, steps: list[Step], log: logging.Logger) -> None:
-    """Run the statements the core decided, in order, logging each one's note."""
+    """Run the statements the core decided, in order, logging each one's note. Each is sent with the parser's
+    limits it needs (a staging table's mark carries the insert's settings, a long ``log_comment`` included)."""
     for step in steps:
-        hook.execute(step.sql)
+        hook.execute(step.sql, settings=parseable({}, len(step.sql.encode()) + 1))
         if step.note:
             log.info("%s", step.note)
 

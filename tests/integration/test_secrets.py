@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
 from airflow_provider_s3ch.errors import S3chError
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import SampleDataset
@@ -61,6 +62,11 @@ def _leaks(stack: LocalStack) -> list[tuple[str, str]]:
     return [(r[0], r[1]) for r in rows if any(s in field for s in (stack.s3_secret_key, TOKEN) for field in r[2:])]
 
 
+def _staging_tables(stack: LocalStack) -> set[str]:
+    return {r[0] for r in stack.clickhouse_client().execute(
+        "SELECT name FROM system.tables WHERE startsWith(name, %(p)s)", {"p": STAGING_PREFIX})}
+
+
 @pytest.mark.parametrize("case", list(HOSTILE))
 def test_no_hostile_input_puts_the_secret_in_query_log_or_a_log_line(
     stack: LocalStack, posts: SampleDataset, posts_table: str, token_conn: str, caplog, case: str
@@ -71,12 +77,14 @@ def test_no_hostile_input_puts_the_secret_in_query_log_or_a_log_line(
     op = S3ToClickHouseOperator(
         task_id="hostile", s3_uri=posts.s3_uri, table=posts_table, aws_conn_id=token_conn, **HOSTILE[case]
     )
+    staging = _staging_tables(stack)
     try:
         result: Any = op.execute(fake_context("hostile", run_id=f"run-{uuid.uuid4().hex[:8]}"))
     except S3chError as exc:
         result = str(exc)
         assert count(stack, posts_table) == 0, "a failed load must leave the target as it was"
     text = caplog.text + repr(result)
+    assert _staging_tables(stack) == staging, "a load that ended leaves no staging table"
     assert _leaks(stack) == [], case
     for secret in (stack.s3_secret_key, TOKEN):
         assert secret not in text, case

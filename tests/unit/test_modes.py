@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.models import LoadRequest, TableRef
 from airflow_provider_s3ch.core.recovery import (
+    MARK_SETTING_CHARS,
     STAGING_PREFIX,
     EarlierTry,
     FilledMark,
@@ -307,6 +308,22 @@ def test_filled_mark_round_trips_through_a_comment(figures: dict, try_number: in
     assert back == mark and back.try_number == try_number
     assert is_marker(mark.comment(), staging_marker(STEM))
     assert FilledMark.read(mark.comment(), "f" * 20) is None  # another task instance's staging table
+
+
+@given(settings=st.dictionaries(st.text(max_size=30), st.text(max_size=3000), max_size=4))
+def test_a_mark_keeps_long_settings_short(settings: dict[str, str]) -> None:
+    """A comment is table metadata, which the server keeps within max_query_size (a 300,000-character
+    log_comment made the mark refused): the mark keeps each setting's first MARK_SETTING_CHARS characters."""
+    mark = FilledMark(stem=STEM, query_id=str(QueryId(stem=STEM, try_number=1)),
+                      figures={"written_rows": 3, "settings": settings})
+    back = FilledMark.read(mark.comment(), STEM)
+    assert back is not None and back.figures["written_rows"] == 3
+    for name, value in settings.items():
+        kept = back.figures["settings"][name]
+        assert kept == value if len(value) <= MARK_SETTING_CHARS else (
+            kept.startswith(value[:MARK_SETTING_CHARS]) and kept.endswith(f"({len(value)} characters)"))
+    long = mark.model_copy(update={"figures": {"settings": {"log_comment": "x" * 300_000}}})
+    assert len(long.comment()) < 2 * MARK_SETTING_CHARS
 
 
 @pytest.mark.parametrize("comment", [None, "", "posts by month", staging_marker(STEM),
