@@ -121,6 +121,8 @@ class FooterStats(NamedTuple):
     calls: int = 0
     #: The quickest footer read's round trip (ms): what one S3 request costs from here.
     request_ms: float | None = None
+    #: The first file's key (the schema check's sample) and its schema as a Parquet file of the metadata alone.
+    schema: tuple[str, bytes] | None = None
 
 
 
@@ -160,6 +162,12 @@ def wants_footers(fmt: str, compression: str | None) -> bool:
     return fmt.lower() == "parquet" and not is_compressed(compression)
 
 
+def reads_footers(request: LoadRequest, fmt: str, compression: str | None) -> bool:
+    """Whether the listing goes on to read footers (:func:`wants_footers`, and the files are not an archive's
+    members, which the server reads)."""
+    return wants_footers(fmt, compression) and listing_for(request).member is None
+
+
 def make_manifest(request: LoadRequest, listing: Listing, *, region: str | None, calls: int) -> Manifest:
     """The manifest of a checked listing (see :func:`check_listing`); footers come after (:func:`with_footers`).
 
@@ -190,6 +198,7 @@ def with_footers(manifest: Manifest, footers: FooterStats) -> Manifest:
             "max_row_group_bytes": footers.max_row_group_bytes,
             "footer_files": footers.files,
             "request_ms": footers.request_ms,
+            "sample_schema": footers.schema,
         }
     )
 

@@ -352,6 +352,9 @@ class Manifest(BaseModel):
     #: The quickest S3 request's round trip in ms (GetBucketLocation, the footer reads; None when none was
     #: timed): S3's request latency as the worker sees it, which the plan takes as the server's.
     request_ms: float | None = None
+    #: Parquet only: the first file's key (the file the schema check describes) and its footer's schema alone
+    #: (``core.parquet_footer.schema_file``); kept in memory, out of every dump (XComs, trigger payloads).
+    sample_schema: tuple[str, bytes] | None = Field(default=None, exclude=True, repr=False)
 
     @property
     def file_count(self) -> int:

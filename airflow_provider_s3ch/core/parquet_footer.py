@@ -165,3 +165,28 @@ def row_group_sizes(tail: bytes) -> list[int]:
     if sizes is None:
         raise FooterError("the footer has no row groups")
     return sizes
+
+
+def schema_file(tail: bytes) -> bytes:
+    """A Parquet file of the footer's schema alone: ``PAR1``, the ``FileMetaData`` with no row groups (their
+    column chunks, statistics and offsets gone), its length and ``PAR1``. ClickHouse infers a Parquet file's
+    columns from its metadata alone, so ``DESCRIBE TABLE format(Parquet, <this>)`` answers what the file's
+    own ``DESCRIBE`` does, without reading the file again or sending its values (the statistics) to the server.
+
+    :param tail: the file's last bytes: at least the metadata, its length and ``PAR1``.
+    :raises FooterError: when the tail is too short for the metadata it names, or the metadata is malformed.
+    """
+    length = metadata_length(tail)
+    if length + 8 > len(tail):
+        raise FooterError(f"the footer is {length} bytes, the tail holds {len(tail) - 8}")
+    metadata = tail[len(tail) - 8 - length : len(tail) - 8]
+    reader, span = _Reader(metadata), None
+    for field, kind in reader.fields():
+        start = reader.pos
+        reader.skip_value(kind, in_field=True)
+        if field == 4 and kind == _LIST:
+            span = (start, reader.pos)
+    if span is None:
+        raise FooterError("the footer has no row groups")
+    stripped = metadata[: span[0]] + bytes([_STRUCT]) + metadata[span[1] : reader.pos]  # an empty list of structs
+    return MAGIC + stripped + len(stripped).to_bytes(4, "little") + MAGIC

@@ -141,6 +141,14 @@ def quote_literal(value: str) -> str:
     return "'" + _escape(value, "'") + "'"
 
 
+def quote_bytes(value: bytes) -> str:
+    """Quote bytes as a ClickHouse string literal: printable ASCII as itself (backslash and quote escaped), any
+    other byte as a hexadecimal escape."""
+    return "'" + "".join(
+        "\\" + chr(b) if b in (0x27, 0x5C) else chr(b) if 0x20 <= b < 0x7F else f"\\x{b:02x}" for b in value
+    ) + "'"
+
+
 def render_table(table: TableRef) -> str:
     """Render ```db`.`t``` or ```t```.
 
@@ -280,6 +288,26 @@ def render_describe(
     clause = render_settings(values)
     redacted = scrub(f"{statement(True)} {clause}" if clause else statement(True), credentials)
     return RenderedSQL(sql=sql, settings=values, redacted=redacted)
+
+
+def render_describe_schema(schema: bytes, fmt: str, *, name: str,
+                           settings: dict[str, SettingValue] | None = None) -> RenderedSQL:
+    """Render ``DESCRIBE TABLE format(<fmt>, '<schema>')``: the server's schema inference over a file of the
+    sample's footer alone (:func:`~airflow_provider_s3ch.core.parquet_footer.schema_file`), the answer the
+    file's own ``DESCRIBE`` gives (the engine reads a Parquet file's columns from its metadata) with no read of
+    S3 and no credentials. The redacted copy names the file, not the bytes.
+
+    :param schema: the schema file's bytes.
+    :param fmt: the format (Parquet).
+    :param name: the file's ``s3://`` name, for the redacted copy.
+    :param settings: settings sent with it (the user's: schema inference settings apply to it too).
+    """
+    head = f"DESCRIBE TABLE format({quote_identifier(fmt)}, "
+    sql = head + quote_bytes(schema) + ")"
+    values = parseable(dict(settings or {}), len(sql.encode()) + 1)
+    clause = render_settings(values)
+    shown = f"{head}<the schema in the footer of {name}, {len(schema)} bytes>)"
+    return RenderedSQL(sql=sql, settings=values, redacted=f"{shown} {clause}" if clause else shown)
 
 
 def render_insert(plan: LoadPlan, credentials: S3Credentials | None, *, target: TableRef | None = None) -> RenderedSQL:

@@ -193,7 +193,7 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
         manifest = policy.make_manifest(request, listing, region=region, calls=calls)
         if on_listed is not None:
             on_listed(manifest)
-        if footer_sample and listing.member is None and policy.wants_footers(manifest.format, manifest.compression):
+        if footer_sample and policy.reads_footers(request, manifest.format, manifest.compression):
             manifest = policy.with_footers(
                 manifest, parquet_footer_stats(client, request.bucket, manifest.objects, sample=footer_sample)
             )

@@ -33,8 +33,11 @@ def parquet_footer_stats(
     :param objects: the manifest's objects.
     :param sample: how many files to read.
     """
+    schema: dict[str, bytes] = {}
+
     def read(obj: S3Object) -> tuple[int, float, list[int] | None]:
-        """(GETs, the first GET's ms, the row groups' uncompressed sizes or None when skipped)."""
+        """(GETs, the first GET's ms, the row groups' uncompressed sizes or None when skipped); the sample
+        file's schema (:func:`~airflow_provider_s3ch.core.parquet_footer.schema_file`) into ``schema``."""
         calls = 0
         try:
             started = time.monotonic()
@@ -53,19 +56,28 @@ def parquet_footer_stats(
                 tail, n = _tail(client, bucket, obj, footer_len + 8)
                 calls += n
             groups = parquet_footer.row_group_sizes(tail)
+            if obj.key == first.key:
+                schema[obj.key] = parquet_footer.schema_file(tail)
         except Exception as exc:  # noqa: BLE001 - footers are an optimisation: any failure falls back
             log.info("Parquet footer of %s skipped (the plan falls back to size estimates): %s", obj.key, exc)
             return calls, float("inf"), None
         return calls, took, groups
 
     chosen = policy.footer_sample(objects, sample)
+    # The schema check's sample (the first file that is not empty) is read too: the server describes its schema
+    # from these bytes (load/target.py), not from a second read of the file; it counts in the figures when chosen.
+    first = next((o for o in objects if o.size > 12), None) if chosen else None
+    extra = [first] if first is not None and first not in chosen else []
     # The footers at once: each is one or two small GETs, and over real S3 each GET waits tens of ms.
-    with ThreadPoolExecutor(max_workers=max(1, len(chosen))) as pool:
-        answers = list(pool.map(read, chosen))
+    with ThreadPoolExecutor(max_workers=max(1, len(chosen) + len(extra))) as pool:
+        answers = list(pool.map(read, chosen + extra))
+    extra_calls = sum(n for n, _, _ in answers[len(chosen):])
+    answers = answers[: len(chosen)]
     calls = sum(n for n, _, _ in answers)
     sampled = [(obj.size, groups) for obj, (_, _, groups) in zip(chosen, answers, strict=True) if groups is not None]
     quickest = min((took for _, took, groups in answers if groups is not None), default=None)
-    stats = policy.footer_stats(objects, sampled, calls)
+    stats = policy.footer_stats(objects, sampled, calls + extra_calls)._replace(
+        schema=(first.key, schema[first.key]) if first is not None and first.key in schema else None)
     return stats._replace(request_ms=round(quickest, 1)) if quickest is not None and stats.files else stats
 
 

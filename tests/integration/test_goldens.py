@@ -16,7 +16,8 @@ What varies from run to run is normalised (:class:`Placeholders`, :func:`stateme
 
 - names: the unique table and database (``<table>``, ``<db>``), the query id stem (``<stem>``; a chunk's
   unit id is ``<stem>`` and its number), other query ids (``<hexN>``), ports (``<s3>``, ``<tcpN>``,
-  ``<httpN>``), the history tag's key (``<history-key>``), uuids (secondary query ids), timestamps;
+  ``<httpN>``), the history tag's key (``<history-key>``), uuids (secondary query ids), timestamps, the
+  sample's schema sent from its footer (``<footer-schema>``);
 - figures: timings and memory peaks (``<varies>``), and the figures a staging table's mark carries
   (``<figures>``); with no ``memory_cap``, the budget (``<budget>``, and the sizes computed from it in the
   reasons): half of the server's memory, which chdb-core derives from the machine's available memory of the
@@ -161,7 +162,12 @@ class Placeholders:
     #: A learned scale of the peak memory in text (what ``memory_scale`` says).
     _SCALE = re.compile(r"(?<=x )[0-9]+\.[0-9]{2}(?=:? \(?measured / predicted)")
 
+    #: The sample's schema sent as a literal (``DESCRIBE TABLE format(Parquet, '…')``); its bytes are checked against
+    #: the engine in test_schema_footer.py.
+    _FOOTER_SCHEMA = re.compile(r"(DESCRIBE TABLE format\(`[A-Za-z]+`, )'(?:[^'\\]|\\.)*'")
+
     def text(self, value: str) -> str:
+        value = self._FOOTER_SCHEMA.sub(r"\1'<footer-schema>'", value)
         value = self._FILLED_FIGURES.sub(r"\1<figures>'", value)
         value = self._SCALE.sub("<scale>", value)
         if self.default_budget:

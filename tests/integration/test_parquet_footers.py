@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import logging
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from airflow_provider_s3ch.core.manifest import FOOTER_SAMPLE
@@ -56,3 +57,23 @@ def test_footers_survive_a_server_that_answers_suffix_ranges_with_the_first_byte
     assert manifest.max_row_group_bytes == direct.max_row_group_bytes
     assert manifest.list_calls == direct.list_calls + direct.footer_files  # one explicit range per footer
     assert "answered the suffix range" in caplog.text
+
+
+def test_the_first_files_schema_is_read_beside_the_largest(stack: LocalStack) -> None:
+    """The schema check describes the first file that is not empty: its footer is read too when it is not among
+    the largest, and kept as its schema alone (the same columns, no row groups)."""
+    client, bucket = stack.s3_client(), "footer-first"
+    stack.create_bucket(bucket)
+    for i in range(FOOTER_SAMPLE + 2):  # the first file is the smallest, so not sampled for the sizes
+        sink = io.BytesIO()
+        pq.write_table(pa.table({"id": pa.array(range(10 * (i + 1)), pa.int64()), f"c{i}": ["x"] * 10 * (i + 1)}),
+                       sink)
+        client.put_object(Bucket=bucket, Key=f"p/{i:02d}.parquet", Body=sink.getvalue())
+    client.put_object(Bucket=bucket, Key="p/-empty.parquet", Body=b"")
+    manifest = build_manifest(client, LoadRequest(s3_uri=f"s3://{bucket}/p/*.parquet", table="t"))
+    assert manifest.footer_files == FOOTER_SAMPLE
+    assert manifest.list_calls == 2 + FOOTER_SAMPLE + 1
+    assert manifest.sample_schema is not None and manifest.sample_schema[0] == "p/00.parquet"
+    schema = pq.read_schema(io.BytesIO(manifest.sample_schema[1]))
+    assert schema.names == ["id", "c0"] and pq.read_metadata(io.BytesIO(manifest.sample_schema[1])).num_row_groups == 0
+    assert "sample_schema" not in manifest.model_dump() and "PAR1" not in manifest.model_dump_json()

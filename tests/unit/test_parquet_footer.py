@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_s3ch.core.parquet_footer import FooterError, metadata_length, row_group_sizes
+from airflow_provider_s3ch.core.parquet_footer import FooterError, metadata_length, row_group_sizes, schema_file
 
 #: Column makers: each gives ``rows`` values of one Arrow type, drawn from ``draw``.
 COLUMNS = {
@@ -91,6 +91,28 @@ def test_any_tail_holding_the_metadata_is_enough(data: bytes, extra: int) -> Non
     """What the hook passes: the last bytes of the file, the metadata and possibly some data before it."""
     tail = data[-(metadata_length(data) + 8 + extra) :]
     assert row_group_sizes(tail) == pyarrow_sizes(data)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(parquet_files(), st.integers(0, 4096))
+def test_the_schema_file_is_the_files_schema_without_its_row_groups(data: bytes, extra: int) -> None:
+    """pyarrow reads the same schema, key-value metadata included, and no row group (no statistics, no values)."""
+    schema = schema_file(data[-(metadata_length(data) + 8 + extra) :])
+    meta, original = pq.read_metadata(io.BytesIO(schema)), pq.read_metadata(io.BytesIO(data))
+    assert meta.num_row_groups == 0
+    assert meta.schema.equals(original.schema) and meta.metadata == original.metadata
+    assert pq.read_schema(io.BytesIO(schema)).equals(pq.read_schema(io.BytesIO(data)), check_metadata=True)
+    assert len(schema) <= len(data)
+
+
+@settings(deadline=None)  # no per-example time limit: a busy machine can pause any example
+@given(st.binary(max_size=300))
+def test_random_bytes_give_a_schema_file_or_a_footer_error(body: bytes) -> None:
+    try:
+        schema = schema_file(body + b"PAR1")
+    except FooterError:
+        return
+    assert schema.startswith(b"PAR1") and schema.endswith(b"PAR1")
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
