@@ -126,6 +126,11 @@ class FooterStats(NamedTuple):
 
 
 
+def first_file(objects: Iterable[S3Object]) -> S3Object | None:
+    """The first file that is not empty: the one the schema check describes (``core.schema.sample_file``)."""
+    return next((o for o in objects if o.size > 0), None)
+
+
 def footer_sample(objects: Iterable[S3Object], sample: int = FOOTER_SAMPLE) -> list[S3Object]:
     """The files whose Parquet footers to read: the ``sample`` largest (a footer needs 12 bytes)."""
     return sorted((o for o in objects if o.size > 12), key=lambda o: o.size, reverse=True)[:sample]

@@ -55,6 +55,7 @@ from pydantic import BaseModel, Field
 from airflow_provider_s3ch.core.errors import SchemaError
 from airflow_provider_s3ch.core.formats import NAMELESS_FORMATS, TYPED_FORMATS
 from airflow_provider_s3ch.core.glob import key_url
+from airflow_provider_s3ch.core.manifest import first_file
 from airflow_provider_s3ch.core.models import Check, LoadPlan, Manifest, SchemaChange, SchemaPolicy, SettingValue
 
 CHECK_NAME = "schema"
@@ -160,10 +161,10 @@ def sample_file(plan: LoadPlan, manifest: Manifest) -> tuple[str, str] | None:
     :param plan: the plan.
     :param manifest: the objects.
     """
-    key = next((o.key for o in manifest.objects if o.size > 0), None)
-    if key is None:
+    first = first_file(manifest.objects)
+    if first is None:
         return None
-    return f"s3://{manifest.bucket}/{key}", key_url(plan.source_url, manifest.pattern, key)
+    return f"s3://{manifest.bucket}/{first.key}", key_url(plan.source_url, manifest.pattern, first.key)
 
 
 def unchecked(reason: str) -> Check:

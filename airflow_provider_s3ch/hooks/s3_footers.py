@@ -66,7 +66,7 @@ def parquet_footer_stats(
     chosen = policy.footer_sample(objects, sample)
     # The schema check's sample (the first file that is not empty) is read too: the server describes its schema
     # from these bytes (load/target.py), not from a second read of the file; it counts in the figures when chosen.
-    first = next((o for o in objects if o.size > 12), None) if chosen else None
+    first = policy.first_file(objects) if chosen else None
     extra = [first] if first is not None and first not in chosen else []
     # The footers at once: each is one or two small GETs, and over real S3 each GET waits tens of ms.
     with ThreadPoolExecutor(max_workers=max(1, len(chosen) + len(extra))) as pool:
