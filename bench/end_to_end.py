@@ -12,6 +12,8 @@ of new files finds them.
   format)`` with ClickHouse's defaults: what a user writes without the operator.
 - ``operator``: ``S3ToClickHouseOperator(...).execute(context)``: listing, planning, the staging table,
   the insert, the partition moves and the figures from ``system.query_log``.
+- ``floor``: the least an exact load that reports from ``system.query_log`` does around its insert
+  (:data:`FLOOR`), to read the operator's time around the insert against.
 - ``worker``: the load on the worker: boto3 lists the keys (``list_objects_v2`` paginator) and downloads
   each object (4 threads), pyarrow reads it (``pyarrow.parquet.read_table``; ``pyarrow.csv.read_csv`` over
   a gzip stream with the table's column types), clickhouse-driver inserts it (one columnar NumPy INSERT
@@ -89,7 +91,52 @@ ti = types.SimpleNamespace(dag_id="bench", task_id="load", run_id="bench-" + uui
 started = time.monotonic()
 result = op.execute({"ti": ti})
 print(json.dumps({"task_s": time.monotonic() - started, "query_id": result["query_id"],
-                  "predicted": result.get("predicted_memory_usage"), "phases_ms": result.get("phases_ms")}))
+                  "predicted": result.get("predicted_memory_usage"), "phases_ms": result.get("phases_ms"),
+                  "settings": result.get("settings")}))
+"""
+
+#: The least a load that is exact and reports from ``system.query_log`` does around its insert: the ``aws``
+#: connection's credentials and S3 client (the provider's ``S3Source``, as the operator builds them), the
+#: listing, a staging table filled by the insert (the operator's settings of the same round) and moved into
+#: the target in one ``ALTER`` (the partitions read first), dropped, and the insert's figures read after a
+#: ``SYSTEM FLUSH LOGS``. No region check, footers, plan, schema check, earlier tries or mark: what is left
+#: when everything the operator adds is taken away (its ``around_s`` is this floor on this machine).
+FLOOR = """
+import json, logging, sys, time, uuid
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator  # noqa: F401 - as imported
+try:
+    import airflow.sdk.execution_time.supervisor  # noqa: F401
+except ImportError:
+    pass
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.s3_source import S3Source
+for name in ("airflow", "airflow.task", "botocore", "boto3"):
+    logging.getLogger(name).setLevel(logging.WARNING)
+a = json.loads(sys.argv[1])
+started = time.monotonic()
+hook = ClickHouseHook("clickhouse_native_default")
+source = S3Source("aws_default")
+creds = source.credentials()
+pages = source.client().get_paginator("list_objects_v2").paginate(Bucket=a["bucket"], Prefix=a["prefix"])
+keys = [o["Key"] for page in pages for o in page.get("Contents", []) if o["Key"].endswith(a["suffix"])]
+staging = "_s3ch_floor_" + uuid.uuid4().hex[:12]
+hook.execute(f"CREATE TABLE `{a['database']}`.`{staging}` AS `{a['database']}`.`{a['table']}`")
+query_id = "bench-floor-" + uuid.uuid4().hex
+hook.execute(f"INSERT INTO `{a['database']}`.`{staging}` SELECT * FROM s3('{a['url']}', '{creds.access_key_id}', "
+             f"'{creds.secret_access_key}', '{a['format']}')", settings=a["settings"], query_id=query_id)
+ids = [pid for (pid,) in hook.execute(
+    "SELECT DISTINCT partition_id FROM system.parts WHERE database = %(d)s AND table = %(t)s AND active AND rows > 0",
+    {"d": a["database"], "t": staging})]
+if ids:
+    hook.execute(f"ALTER TABLE `{a['database']}`.`{staging}` " + ", ".join(
+        f"MOVE PARTITION ID '{pid}' TO TABLE `{a['database']}`.`{a['table']}`" for pid in ids))
+hook.execute(f"DROP TABLE `{a['database']}`.`{staging}` SYNC")
+hook.execute("SYSTEM FLUSH LOGS query_log")
+hook.execute("SELECT written_rows, written_bytes, memory_usage, query_duration_ms FROM system.query_log "
+             "WHERE query_id = %(q)s AND type = 'QueryFinish' AND event_date >= yesterday()", {"q": query_id})
+task_s = time.monotonic() - started
+hook.close()
+print(json.dumps({"task_s": task_s, "query_id": query_id, "files": len(keys)}))
 """
 
 WORKER = """
@@ -244,7 +291,8 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
         fmt = "Parquet" if ds.spec.fmt == "parquet" else "CSVWithNames"
         manifest = _manifest_summary(stack, ds)
         url = f"{endpoint}/{ds.bucket}/{ds.prefix}*.{ds.extension}"
-        variants = ["hand", "operator", "worker"] + (["dlt"] if DLT_PYTHON else [])
+        variants = ["hand", "operator", "floor", "worker"] + (["dlt"] if DLT_PYTHON else [])
+        settings: dict[str, Any] = {}  # the operator's of the round, for the floor's insert
         runs: dict[str, list[dict[str, Any]]] = {v: [] for v in variants}
         dlt_error = None
         for _ in range(repeats):
@@ -264,6 +312,12 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
                         insert = _entry(client, r["query_id"])
                     elif variant == "operator":
                         r = _fresh(OPERATOR, {"s3_uri": ds.s3_uri, "table": f"{database}.{table}"}, env)
+                        insert = _entry(client, r["query_id"])
+                        settings = r.get("settings") or {}
+                    elif variant == "floor":
+                        r = _fresh(FLOOR, {"database": database, "table": table, "bucket": ds.bucket,
+                                           "prefix": ds.prefix, "suffix": f".{ds.extension}", "url": url,
+                                           "format": fmt, "settings": settings}, env)
                         insert = _entry(client, r["query_id"])
                     elif variant == "worker":
                         r = _fresh(WORKER, {**ch, "endpoint": endpoint, "region": stack.region,
@@ -314,7 +368,8 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
                         for p in PEERS if p in med)
         log(f"end to end {ds.spec.name} ({path}): hand {med['hand']['task_s']} s (insert {med['hand']['insert_s']} s), "
             f"operator {med['operator']['task_s']} s (insert {med['operator']['insert_s']} s, around "
-            f"{med['operator']['around_s']} s): {row['speedup_end_to_end']}x end to end, "
+            f"{med['operator']['around_s']} s; the floor's around {med.get('floor', {}).get('around_s')} s): "
+            f"{row['speedup_end_to_end']}x end to end, "
             f"{row['speedup_insert']}x the insert{peers}; rows equal: {row['rows_equal']}")
     return out
 
@@ -370,15 +425,21 @@ def lines(rows: list[dict[str, Any]]) -> list[str]:
         "latency and per-connection bandwidth (bench/run.py `E2E_PROXIES`); the peers' inserts go straight to "
         "ClickHouse.",
         "",
+        "`floor`: the least an exact load that reports from `system.query_log` does around its insert "
+        "(bench/end_to_end.py `FLOOR`: the connection's S3 client, the listing, a staging table filled with the "
+        "operator's settings of the round, moved in one `ALTER`, dropped, the figures read after a flush): its "
+        "around the insert s, beside the operator's.",
+        "",
         "| dataset | S3 | files | MB | hand s | hand insert s | operator s | operator insert s | around the insert s "
-        "| end to end | insert | worker s | worker insert s | worker x op | dlt s | dlt insert s | dlt x op "
-        "| rows equal |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| floor around s | end to end | insert | worker s | worker insert s | worker x op | dlt s | dlt insert s "
+        "| dlt x op | rows equal |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         h, o = r["median"]["hand"], r["median"]["operator"]
+        floor = r["median"].get("floor", {}).get("around_s", "–")
         out.append(f"| {r['dataset']} | {r.get('path', 'direct')} | {r['files']} | {r['bytes'] / 1e6:.0f} | "
-                   f"{h['task_s']} | {h['insert_s']} | {o['task_s']} | {o['insert_s']} | {o['around_s']} | "
+                   f"{h['task_s']} | {h['insert_s']} | {o['task_s']} | {o['insert_s']} | {o['around_s']} | {floor} | "
                    f"{r['speedup_end_to_end']}x | {r['speedup_insert']}x | {_peer_cells(r, 'worker')} | "
                    f"{_peer_cells(r, 'dlt')} | {'yes' if r['rows_equal'] else 'NO'} |")
     notes: dict[str, list[str]] = {}

@@ -41,6 +41,7 @@ def test_quick_bench_reports_every_variant_and_ratio(tmp_path: Path) -> None:
     assert e2e["rows_equal"] and e2e["speedup_end_to_end"] > 0 and e2e["median"]["operator"]["around_s"] > 0
     assert all(r["peak"] > 0 and r["predicted"] > 0 for r in e2e["runs"]["operator"])  # the XCom's prediction
     assert e2e["median"]["worker"]["task_s"] > 0  # the worker-side peer ran, rows equal above
+    assert e2e["median"]["floor"]["around_s"] > 0 and "| floor around s |" in (tmp_path / "REPORT.md").read_text()
     history = results["history"]
     assert [r["history"] is None for r in history["uncapped"]["runs"]] == [True, False]  # the second run learned
     report = (tmp_path / "REPORT.md").read_text()
