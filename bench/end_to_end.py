@@ -98,9 +98,10 @@ print(json.dumps({"task_s": time.monotonic() - started, "query_id": result["quer
 #: The least a load that is exact and reports from ``system.query_log`` does around its insert: the ``aws``
 #: connection's credentials and S3 client (the provider's ``S3Source``, as the operator builds them), the
 #: listing, a staging table filled by the insert (the operator's settings of the same round) and moved into
-#: the target in one ``ALTER`` (the partitions read first), dropped, and the insert's figures read after a
-#: ``SYSTEM FLUSH LOGS``. No region check, footers, plan, schema check, earlier tries or mark: what is left
-#: when everything the operator adds is taken away (its ``around_s`` is this floor on this machine).
+#: the target in one ``ALTER`` (its partitions read as the operator reads them), dropped, and the insert's
+#: figures read after the operator's ``SYSTEM FLUSH LOGS``. No region check, footers, plan, schema check,
+#: earlier tries or mark: what is left when everything the operator adds is taken away (its ``around_s`` is
+#: this floor on this machine).
 FLOOR = """
 import json, logging, sys, time, uuid
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator  # noqa: F401 - as imported
@@ -108,8 +109,11 @@ try:
     import airflow.sdk.execution_time.supervisor  # noqa: F401
 except ImportError:
     pass
+from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.query_log import flush_logs
 from airflow_provider_s3ch.hooks.s3_source import S3Source
+from airflow_provider_s3ch.hooks.server import partitions
 for name in ("airflow", "airflow.task", "botocore", "boto3"):
     logging.getLogger(name).setLevel(logging.WARNING)
 a = json.loads(sys.argv[1])
@@ -124,14 +128,12 @@ hook.execute(f"CREATE TABLE `{a['database']}`.`{staging}` AS `{a['database']}`.`
 query_id = "bench-floor-" + uuid.uuid4().hex
 hook.execute(f"INSERT INTO `{a['database']}`.`{staging}` SELECT * FROM s3('{a['url']}', '{creds.access_key_id}', "
              f"'{creds.secret_access_key}', '{a['format']}')", settings=a["settings"], query_id=query_id)
-ids = [pid for (pid,) in hook.execute(
-    "SELECT DISTINCT partition_id FROM system.parts WHERE database = %(d)s AND table = %(t)s AND active AND rows > 0",
-    {"d": a["database"], "t": staging})]
+ids = [pid for pid, _ in partitions(hook, TableRef(database=a["database"], name=staging))]
 if ids:
     hook.execute(f"ALTER TABLE `{a['database']}`.`{staging}` " + ", ".join(
         f"MOVE PARTITION ID '{pid}' TO TABLE `{a['database']}`.`{a['table']}`" for pid in ids))
 hook.execute(f"DROP TABLE `{a['database']}`.`{staging}` SYNC")
-hook.execute("SYSTEM FLUSH LOGS query_log")
+flush_logs(hook)
 hook.execute("SELECT written_rows, written_bytes, memory_usage, query_duration_ms FROM system.query_log "
              "WHERE query_id = %(q)s AND type = 'QueryFinish' AND event_date >= yesterday()", {"q": query_id})
 task_s = time.monotonic() - started
