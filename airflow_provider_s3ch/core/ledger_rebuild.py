@@ -25,6 +25,9 @@ from airflow_provider_s3ch.core.models import S3Object
 #: How many files and partitions a refusal names (the counts are whole).
 NAMED = 10
 
+#: How many files the report names per rebuilt partition (the counts are whole).
+NAMED_IN_REPORT = 20
+
 
 class RebuildRefused(PlanError):
     """A touched partition holds rows of a file that cannot be read again as it was loaded."""
@@ -68,6 +71,21 @@ class Rebuild(BaseModel):
         return bool(self.files or self.extra)
 
 
+class RebuiltPartition(BaseModel):
+    """One partition a ``replace_partitions`` load with the ledger replaced in the target (the XCom's
+    ``rebuilt``)."""
+
+    partition_id: str
+    #: No row of it was left (a reloaded file's old version alone held it): dropped in the target.
+    dropped: bool = False
+    #: How many files loaded earlier were read again for it (the ledger records rows of theirs there).
+    earlier_count: int = 0
+    #: The first :data:`NAMED_IN_REPORT` of them.
+    earlier_files: list[str] = Field(default_factory=list)
+    #: This insert's files (the first :data:`NAMED_IN_REPORT`): the new and reloaded ones.
+    new_files: list[str] = Field(default_factory=list)
+
+
 def plan_rebuild(
     new_partitions: Sequence[str], rows: Sequence[EarlierRow], *, bucket: str, keys: Collection[str],
     in_flight: Collection[str], listed: Mapping[str, S3Object | None],
@@ -109,6 +127,38 @@ def plan_rebuild(
             "The target is unchanged. Restore those files, or load the new files with mode='append'"
         )
     return Rebuild(partitions=sorted(every), files=files, extra=extra)
+
+
+def touched(rows: Sequence[EarlierRow], new_partitions: Sequence[str], *, bucket: str, keys: Collection[str],
+            in_flight: Collection[str]) -> list[str]:
+    """Every partition the load replaces: the new files' and those a reloaded file's old version wrote. The
+    ledger's rows of the earlier files must be read for all of them, not only for the new files' partitions:
+    a partition the old version wrote alone holds rows of files loaded after it, recorded there only.
+
+    :param rows: the latest ledger rows read so far (with this load's keys' rows, wherever they wrote).
+    """
+    return sorted(_touched(_latest(rows, in_flight), new_partitions, bucket=bucket, keys=keys)[1])
+
+
+def rebuilt_partitions(rebuild: Rebuild, rows: Sequence[EarlierRow], present: Collection[str], *,
+                       in_flight: Collection[str], new_keys: Sequence[str]) -> list[RebuiltPartition]:
+    """What each replaced partition was rebuilt from, for the report: the earlier files the ledger records in
+    it (read again) and this insert's files.
+
+    :param rebuild: the rebuild made.
+    :param rows: the ledger rows it was planned from.
+    :param present: the partition ids the rebuild table holds (the others were dropped: no row left).
+    :param new_keys: the keys of this insert's files.
+    """
+    read = {o.key for o in rebuild.files}
+    latest = [r for r in _latest(rows, in_flight).values() if r.key in read]
+    out = []
+    for pid in rebuild.partitions:
+        earlier = sorted({r.key for r in latest if r.touches([pid])})
+        out.append(RebuiltPartition(partition_id=pid, dropped=pid not in present, earlier_count=len(earlier),
+                                    earlier_files=earlier[:NAMED_IN_REPORT],
+                                    new_files=list(new_keys[:NAMED_IN_REPORT])))
+    return out
 
 
 def candidates(rows: Sequence[EarlierRow], new_partitions: Sequence[str], *, bucket: str,

@@ -13,15 +13,20 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
 from airflow_provider_s3ch.core.ledger import Chunk, key_list_pattern
 from airflow_provider_s3ch.core.ledger_rebuild import (
+    EarlierRow,
     Rebuild,
     RebuildRefused,
+    RebuiltPartition,
     candidates,
     conflicts,
     plan_rebuild,
+    rebuilt_partitions,
+    touched,
 )
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, S3Credentials, S3Object, TableRef
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId
@@ -43,6 +48,19 @@ from airflow_provider_s3ch.load.ledger import LedgerRun
 REBUILD_SUFFIX = "r"
 
 
+class StagingRead(NamedTuple):
+    """What the ledger read of an insert's staging table before its finalize."""
+
+    #: The staging table's comment (None: gone, an earlier try finished).
+    comment: str | None
+    #: (partition_id, partition) of the partitions it holds.
+    partitions: list[tuple[str, str]]
+    #: The rebuild table to replace from (None: the staging table alone).
+    rebuild: RebuildSource | None = None
+    #: ``replace_partitions``: each partition replaced and the files it was rebuilt from (None: another mode).
+    rebuilt: list[RebuiltPartition] | None = None
+
+
 def rebuild_table(staging: TableRef) -> TableRef:
     """The second staging table of a rebuild."""
     return staging.model_copy(update={"name": staging.name + REBUILD_SUFFIX})
@@ -61,6 +79,8 @@ class PartitionRebuild:
     def __init__(self, hook: ClickHouseHook, ledger: LedgerRun, source: S3Source,
                  credentials: S3Credentials | None, log: logging.Logger) -> None:
         self.hook, self.ledger, self.source, self.credentials, self.log = hook, ledger, source, credentials, log
+        self.rows: list[EarlierRow] = []
+        self.in_flight: frozenset[str] = frozenset()
 
     def plan(self, staged: Sequence[str]) -> Rebuild:
         """The earlier files to read again for the partitions ``staged`` (the staging table's ids).
@@ -70,6 +90,10 @@ class PartitionRebuild:
         ledger = self.ledger
         rows, in_flight, _ = ledger.earlier(staged)
         keys = {o.key for o in ledger.files}
+        every = touched(rows, staged, bucket=ledger.bucket, keys=keys, in_flight=in_flight)
+        if set(every) - set(staged):  # a reloaded file's old version wrote other partitions: their files too
+            rows, in_flight, _ = ledger.earlier(every)
+        self.rows, self.in_flight = rows, in_flight
         wanted = candidates(rows, staged, bucket=ledger.bucket, keys=keys, in_flight=in_flight)
         listed: dict[str, S3Object | None] = {o.key: o for o in ledger.listed() if o.key in set(wanted)}
         missing = [k for k in wanted if k not in listed]
@@ -82,6 +106,18 @@ class PartitionRebuild:
                           f"; {', '.join(rebuild.extra)} held the old version of a reloaded file" if rebuild.extra
                           else "", len(missing))
         return rebuild
+
+    def report(self, rebuild: Rebuild, present: Sequence[str]) -> list[RebuiltPartition]:
+        """Each partition replaced and the files it was rebuilt from, also in the task's log."""
+        out = rebuilt_partitions(rebuild, self.rows, present, in_flight=self.in_flight,
+                                 new_keys=[o.key for o in self.ledger.files])
+        for one in out:
+            more = " …" if one.earlier_count > len(one.earlier_files) else ""
+            self.log.info("Ledger: partition %s %s from %d earlier file(s)%s and this load's %s", one.partition_id,
+                          "dropped: no row left" if one.dropped else "replaced", one.earlier_count,
+                          f" ({', '.join(one.earlier_files)}{more})" if one.earlier_files else "",
+                          ", ".join(one.new_files) or "no file")
+        return out
 
     def yield_to_earlier(self, rebuild: Rebuild) -> None:
         """After this load's ``pending`` rows: another load that is bringing rows into the same partitions and
@@ -145,14 +181,13 @@ class PartitionRebuild:
 def before_finalize(
     hook: ClickHouseHook, ledger: LedgerRun, chunk: Chunk, metrics: LoadMetrics, steps: LoadSteps, plan: LoadPlan, *,
     query_id: QueryId, inserted_now: bool, source: S3Source, credentials: S3Credentials | None, log: logging.Logger,
-) -> tuple[str | None, list[tuple[str, str]], RebuildSource | None]:
+) -> StagingRead:
     """A ledger load between its insert and its finalize: the chunk's files ``pending`` with the partitions
     the staging table holds; for ``replace_partitions`` first the rebuild's plan (a refusal leaves the target
     and the server as they were), then a yield to a load that recorded the same partitions first, then the
     rebuild table.
 
-    :return: the staging table's comment (None: gone, an earlier try finished), its partitions, and the
-        rebuild table to replace from (None: the staging table alone).
+    :return: the staging table's comment and partitions, the rebuild table and what was rebuilt.
     """
     staging = steps.staging
     assert staging is not None
@@ -161,7 +196,7 @@ def before_finalize(
     ids = [pid for pid, _ in parts]
     if steps.finalize != "replace" or comment is None:
         ledger.pending(metrics, chunk, ids)
-        return comment, parts, None
+        return StagingRead(comment, parts)
     runner = PartitionRebuild(hook, ledger, source, credentials, log)
     try:
         rebuild = runner.plan(ids)
@@ -169,4 +204,6 @@ def before_finalize(
         runner.refuse(steps, exc)
     ledger.pending(metrics, chunk, ids)
     runner.yield_to_earlier(rebuild)
-    return comment, parts, runner.build(rebuild, plan, steps, query_id) if rebuild.needed else None
+    source_table = runner.build(rebuild, plan, steps, query_id) if rebuild.needed else None
+    present = [pid for pid, _ in source_table.present] if source_table is not None else ids
+    return StagingRead(comment, parts, source_table, runner.report(rebuild, present))

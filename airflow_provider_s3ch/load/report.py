@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from airflow_provider_s3ch.core.ledger_rebuild import RebuiltPartition
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE
 from airflow_provider_s3ch.core.metrics import peak_ratio, summary
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, S3Object
@@ -68,6 +69,8 @@ class LoadReport(BaseModel):
     staging_table: str | None = None
     resume_reason: str | None = None
     partitions: list[str] | None = None
+    #: ``replace_partitions`` with the ledger: each partition replaced and the files it was rebuilt from.
+    rebuilt: list[dict[str, Any]] | None = None
     table_changes: dict[str, Any] | None = None
     memory_attempts: list[dict[str, Any]] | None = None
     chunks: list[Any] | None = None
@@ -105,10 +108,13 @@ class Loaded:
     #: Its figures from ``system.query_log`` and the partitions it brought in, once complete.
     metrics: LoadMetrics | None = None
     partitions: list[str] = field(default_factory=list)
+    #: ``replace_partitions`` with the ledger: each partition replaced and the files it was rebuilt from.
+    rebuilt: list[RebuiltPartition] | None = None
 
-    def done(self, metrics: LoadMetrics, partitions: list[str]) -> Loaded:
+    def done(self, metrics: LoadMetrics, partitions: list[str],
+             rebuilt: list[RebuiltPartition] | None = None) -> Loaded:
         """The insert, complete."""
-        return replace(self, metrics=metrics, partitions=partitions)
+        return replace(self, metrics=metrics, partitions=partitions, rebuilt=rebuilt)
 
     def figures(self) -> dict[str, Any]:
         """The chunk's entry in the XCom's ``chunks``."""
@@ -148,6 +154,9 @@ def build_report(
         result.update(files=len(files), bytes=sum(o.size for o in files), chunks=[one.figures() for one in loads])
     if ledger is not None:
         result["ledger"] = ledger
+    rebuilt = [one.rebuilt for one in loads if one.rebuilt is not None]
+    if rebuilt:
+        result["rebuilt"] = [p.model_dump(mode="json") for one in rebuilt for p in one]
     if phases_ms is not None:
         result["phases_ms"] = phases_ms
     return LoadReport(**result)

@@ -41,7 +41,7 @@ from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_insert
-from airflow_provider_s3ch.core.staging import RebuildSource, finalize_statements
+from airflow_provider_s3ch.core.staging import finalize_statements
 from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import LoadError, S3chError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
@@ -50,7 +50,7 @@ from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
 from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_comment
 from airflow_provider_s3ch.load.insert import Inserter, run_steps
 from airflow_provider_s3ch.load.ledger import LedgerRun
-from airflow_provider_s3ch.load.rebuild import before_finalize
+from airflow_provider_s3ch.load.rebuild import StagingRead, before_finalize
 from airflow_provider_s3ch.load.report import (
     DeferLoad,
     Loaded,
@@ -401,7 +401,7 @@ class LoadRun:
             entry = queries.entry(query_id, fan_out)
             metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
                                    distributed=distributed, target_distributed=one.target.is_distributed)
-        known: tuple[str | None, list[tuple[str, str]], RebuildSource | None] | None = None
+        known: StagingRead | None = None
         if ledger is not None and chunk is not None:  # pending first (replace_partitions: rebuilt, docs/ledger.md)
             assert source is not None
             known = before_finalize(hook, ledger, chunk, metrics, one.steps, one.plan, query_id=ledger.query_id_of(
@@ -410,11 +410,11 @@ class LoadRun:
             stem=one.steps.stem, query_id=query_id, figures=metrics.model_dump(mode="json")))
             if one.steps.stem is not None else [])
         if ledger is not None and chunk is not None and known is not None:  # the partitions are in the target
-            ledger.loaded(metrics, chunk, [pid for pid, _ in known[1]])
-        return one.done(metrics, moved)
+            ledger.loaded(metrics, chunk, [pid for pid, _ in known.partitions])
+        return one.done(metrics, moved, rebuilt=known.rebuilt if known is not None else None)
 
     def _finalize(self, hook: ClickHouseHook, steps: LoadSteps, *, inserted_now: bool, mark: FilledMark,
-                  known: tuple[str | None, list[tuple[str, str]], RebuildSource | None] | None = None) -> list[str]:
+                  known: StagingRead | None = None) -> list[str]:
         """Bring the staging table's rows into the target, marked filled first; idempotent, so a retry can
         resume it.
 
@@ -424,16 +424,16 @@ class LoadRun:
         """
         staging = steps.staging
         assert staging is not None
-        comment = known[0] if known else "" if inserted_now and steps.finalize != "exchange" else table_comment(
+        comment = known.comment if known else "" if inserted_now and steps.finalize != "exchange" else table_comment(
             hook, staging)
         target_comment = None if steps.finalize != "exchange" else table_comment(hook, steps.target)
         finalize = finalize_statements(
             steps,
             staging_comment=comment,
             target_comment=target_comment,
-            staging_partitions=known[1] if known else partitions(hook, staging) if comment is not None else [],
+            staging_partitions=known.partitions if known else partitions(hook, staging) if comment is not None else [],
             target_partitions=partitions(hook, steps.target) if steps.finalize == "exchange" else [],
-            mark=mark, rebuild=known[2] if known else None,
+            mark=mark, rebuild=known.rebuild if known else None,
         )
         run_steps(hook, finalize.steps, self.log)
         if finalize.done_before:

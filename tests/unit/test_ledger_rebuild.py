@@ -12,6 +12,8 @@ from airflow_provider_s3ch.core.ledger_rebuild import (
     candidates,
     conflicts,
     plan_rebuild,
+    rebuilt_partitions,
+    touched,
 )
 from airflow_provider_s3ch.core.models import S3Object, TableRef
 from airflow_provider_s3ch.core.recovery import LoadSteps
@@ -98,3 +100,31 @@ def test_the_finalize_replaces_from_the_rebuild_table_and_drops_both_tables() ->
     assert sql == ["ALTER TABLE `d`.`t` REPLACE PARTITION ID '1' FROM `d`.`_s3ch_stage_xr`, DROP PARTITION ID '2'",
                    "DROP TABLE IF EXISTS `d`.`_s3ch_stage_xr` SYNC", "DROP TABLE IF EXISTS `d`.`_s3ch_stage_x` SYNC"]
     assert plan.partitions == ["1"]
+
+
+def test_a_reload_touches_every_partition_its_old_version_recorded_and_names_what_each_was_rebuilt_from() -> None:
+    """a and b loaded together (both recorded in 1 and 2), c late into 2 (recorded in 2 alone); a reloaded
+    with rows in 1 only: 2 is replaced too, and c, recorded only there, is read again with b."""
+    rows = [row("a", "1", "2", version=1), row("b", "1", "2", version=1), row("c", "2", version=2)]
+    staged = ["1"]
+    assert touched(rows, staged, bucket=B, keys={"a"}, in_flight=set()) == ["1", "2"]
+    listed = {k: obj(k) for k in ("b", "c")}
+    rebuild = plan_rebuild(staged, rows, bucket=B, keys={"a"}, in_flight=set(), listed=listed)
+    assert [o.key for o in rebuild.files] == ["b", "c"]
+    report = rebuilt_partitions(rebuild, rows, ["1", "2"], in_flight=set(), new_keys=["a"])
+    assert [(p.partition_id, p.earlier_files, p.new_files, p.dropped) for p in report] == [
+        ("1", ["b"], ["a"], False), ("2", ["b", "c"], ["a"], False)]
+    assert rebuilt_partitions(rebuild, rows, ["1"], in_flight=set(), new_keys=["a"])[1].dropped
+
+
+@given(st.dictionaries(st.sampled_from([f"k{i}" for i in range(6)]),
+                       st.lists(st.sampled_from("abcd"), min_size=1, max_size=3), min_size=1, max_size=6),
+       st.data())
+def test_every_partition_touched_is_the_new_ones_and_the_reloaded_files_old_ones(
+    recorded: dict[str, list[str]], data: st.DataObject,
+) -> None:
+    reloaded = data.draw(st.sets(st.sampled_from(sorted(recorded))))
+    staged = data.draw(st.lists(st.sampled_from("abcd"), min_size=1, max_size=2, unique=True))
+    rows = [row(k, *ps) for k, ps in recorded.items()]
+    expected = set(staged) | {p for k in reloaded for p in recorded[k]}
+    assert touched(rows, staged, bucket=B, keys=reloaded, in_flight=set()) == sorted(expected)

@@ -1,0 +1,104 @@
+"""Histories of the file ledger on the real local stack: several runs, each one's state left to the next.
+
+The table is partitioned by month; each check compares it, partition by partition (``count()`` and
+``sum(cityHash64(*))``), with ClickHouse's own read of the files in S3 now into a table of the same shape.
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from datetime import datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
+from tests.integration.support import fake_context
+from tests.integration.test_ledger import staging_left
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "s3ch-histories"
+STRUCTURE = "ts DateTime, id UInt32, v String"
+
+
+@pytest.fixture(scope="module")
+def bucket(stack: LocalStack) -> str:
+    stack.create_bucket(BUCKET)
+    return BUCKET
+
+
+def body(fmt: str, month: int, rows: int, seed: int) -> bytes:
+    """``rows`` rows of 2024-``month``, distinct per ``seed``, as CSV or Parquet."""
+    start = datetime(2024, month, 1)
+    ts = [start + timedelta(minutes=i) for i in range(rows)]
+    ids = [seed * 1_000_000 + i for i in range(rows)]
+    vs = [f"s{seed}-{i % 97}" for i in range(rows)]
+    if fmt == "CSV":
+        return "".join(f"{t:%Y-%m-%d %H:%M:%S},{i},{v}\n" for t, i, v in zip(ts, ids, vs, strict=True)).encode()
+    out = io.BytesIO()
+    pq.write_table(pa.table({"ts": pa.array(ts, pa.timestamp("s")), "id": pa.array(ids, pa.uint32()),
+                             "v": pa.array(vs, pa.string())}), out)
+    return out.getvalue()
+
+
+def by_partition(stack: LocalStack, table: str) -> dict[str, tuple[int, int]]:
+    rows = stack.clickhouse_client().execute(
+        f"SELECT _partition_id, count(), sum(cityHash64(*)) FROM {table} GROUP BY _partition_id ORDER BY 1")
+    return {str(p): (int(c), int(h)) for p, c, h in rows}
+
+
+def files_now(stack: LocalStack, prefix: str, fmt: str) -> dict[str, tuple[int, int]]:
+    """Every file under ``prefix`` now, read by ClickHouse into a table partitioned like the target."""
+    ch = stack.clickhouse_client()
+    name = f"default.hist_clean_{uuid.uuid4().hex[:8]}"
+    ch.execute(f"CREATE TABLE {name} ({STRUCTURE}) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id")
+    ext = fmt.lower()
+    ch.execute(f"INSERT INTO {name} SELECT * FROM s3('{stack.s3_endpoint}/{BUCKET}/{prefix}*.{ext}', "
+               f"'{stack.s3_access_key}', '{stack.s3_secret_key}', '{fmt}', '{STRUCTURE}')")
+    try:
+        return by_partition(stack, name)
+    finally:
+        ch.execute(f"DROP TABLE {name} SYNC")
+
+
+@pytest.mark.parametrize("fmt", ["Parquet", "CSV"])
+def test_a_reload_keeps_a_late_file_of_another_month(stack: LocalStack, bucket: str, fmt: str) -> None:
+    """a (January) and b (February) load together; a late c (February) rebuilds February; a is overwritten
+    and reloaded: February, which a's first insert recorded, is rebuilt from b *and* c."""
+    tag = uuid.uuid4().hex[:8]
+    table, prefix, ext = f"default.hist_{tag}", f"hist-{tag}/", fmt.lower()
+    stack.clickhouse_client().execute(
+        f"CREATE TABLE {table} ({STRUCTURE}) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id")
+    s3 = stack.s3_client()
+
+    def put(name: str, month: int, rows: int, seed: int) -> None:
+        s3.put_object(Bucket=BUCKET, Key=f"{prefix}{name}.{ext}", Body=body(fmt, month, rows, seed))
+
+    def run() -> dict:
+        op = S3ToClickHouseOperator(
+            task_id="load", s3_uri=f"s3://{BUCKET}/{prefix}*.{ext}", table=table, format=fmt,
+            **({"structure": STRUCTURE} if fmt == "CSV" else {}), skip_loaded=True, mode="replace_partitions",
+            on_changed="reload")
+        return op.execute(fake_context())
+
+    put("a", 1, 1000, 1)
+    put("b", 2, 2000, 2)
+    run()
+    assert by_partition(stack, table) == files_now(stack, prefix, fmt)
+    put("c", 2, 500, 3)
+    run()
+    assert by_partition(stack, table) == files_now(stack, prefix, fmt)
+    put("a", 1, 800, 4)
+    result = run()
+    assert result["ledger"]["reloaded_keys"] == [f"{prefix}a.{ext}"]
+    assert by_partition(stack, table) == files_now(stack, prefix, fmt)
+    assert sum(c for c, _ in by_partition(stack, table).values()) == 3300
+    rebuilt = {p["partition_id"]: p for p in result["rebuilt"]}
+    assert set(rebuilt) == {"202401", "202402"}
+    assert rebuilt["202402"]["earlier_files"] == [f"{prefix}b.{ext}", f"{prefix}c.{ext}"]
+    assert rebuilt["202401"]["new_files"] == [f"{prefix}a.{ext}"]
+    assert staging_left(stack) == []
