@@ -105,6 +105,10 @@ class Selection(BaseModel):
     skipped_changed: list[str] = Field(default_factory=list)
     #: ``pending`` rows whose staging table is gone: committed, to be recorded ``loaded``.
     committed: list[LedgerRow] = Field(default_factory=list)
+    #: ``loaded`` (or committed) rows of a key that a newer one replaced (a reload): to be recorded ``released``.
+    superseded: list[LedgerRow] = Field(default_factory=list)
+    #: The loaded rows of the :attr:`reloaded` keys: recorded ``released`` once the new version is loaded.
+    replaces: list[LedgerRow] = Field(default_factory=list)
     #: This load's rows it gives up (stale claims it does not take again, files gone from S3).
     release: list[LedgerRow] = Field(default_factory=list)
     #: Per chunk whose staging table still holds its files and whose rows are ``pending``: the query id of
@@ -120,6 +124,24 @@ class Selection(BaseModel):
         """Keys of :attr:`files` read for the first time."""
         reloaded = set(self.reloaded)
         return [o.key for o in self.files if o.key not in reloaded]
+
+
+def loaded_versions(rows: Sequence[LedgerRow], status: Mapping[int, Status]) -> tuple[dict[str, LedgerRow],
+                                                                                      list[LedgerRow]]:
+    """Per key, the version in the target: the newest row (by its ``version``) that is ``loaded`` or
+    committed; and the other such rows, which a reload replaced (their rows left the target with it).
+
+    A key put back to an earlier version is a changed file, not a loaded one: the target holds the version
+    the newest row names.
+
+    :param rows: the ledger rows (latest versions).
+    :param status: each row's status (:func:`~airflow_provider_s3ch.core.ledger_rows.row_status`), by ``id``.
+    """
+    current: dict[str, LedgerRow] = {}
+    for row in sorted((r for r in rows if status[id(r)] in ("loaded", "committed")), key=lambda r: r.version):
+        current[row.key] = row
+    newest = {id(r) for r in current.values()}
+    return current, [r for r in rows if status[id(r)] in ("loaded", "committed") and id(r) not in newest]
 
 
 def _by_file(rows: Iterable[LedgerRow]) -> dict[FileVersion, list[LedgerRow]]:
@@ -170,19 +192,21 @@ def select_files(
     """
     listed = _unique(objects)
     status = {id(r): row_status(r, facts, own=own, claim_timeout=claim_timeout) for r in rows}
-    committed = [r for r in rows if status[id(r)] == "committed"]
-    done = {r.file for r in rows if status[id(r)] in ("loaded", "committed")}
-    loaded_keys = {r.key for r in rows if status[id(r)] in ("loaded", "committed")}
+    current, superseded = loaded_versions(rows, status)
+    committed = [r for r in rows if status[id(r)] == "committed" and id(r) not in {id(x) for x in superseded}]
+    done = {r.file for r in current.values()}
+    loaded_keys = set(current)
     mine = [r for r in rows if r.load_id == own and status[id(r)] not in ("released", "stale")]
     stale_mine = [r for r in rows if r.load_id == own and status[id(r)] == "stale"]
     released_mine = [r for r in rows if r.load_id == own and status[id(r)] == "released"]
 
     if mine:
-        return _retry(listed, rows, mine, stale_mine, released_mine, status, done, loaded_keys, committed, facts,
-                      own, fmt, compression)
+        sel = _retry(listed, rows, mine, stale_mine, released_mine, status, done, loaded_keys, committed, facts,
+                     own, fmt, compression)
+        return sel.model_copy(update={"superseded": superseded, "replaces": [current[k] for k in sel.reloaded]})
 
     by_file = _by_file(r for r in rows if r.load_id != own)
-    sel = Selection(committed=committed)
+    sel = Selection(committed=committed, superseded=superseded)
     changed_fail: list[str] = []
     for obj in listed:
         version = version_of(obj)
@@ -210,6 +234,7 @@ def select_files(
             "on_changed='skip' to leave them out"
         )
     sel.claim = list(sel.files)
+    sel.replaces = [current[k] for k in sel.reloaded]
     sel.chunk_of = {o.key: WHOLE_FILE for o in sel.files}
     sel.release = list(stale_mine)  # written before the new claims: a file claimed again gets a newer row
     return sel
@@ -344,7 +369,8 @@ def confirm(
     """Which of this load's claims hold, read after writing them: (kept, lost).
 
     A file is this load's when its own row is ``claimed`` or ``pending``, no other load's row is
-    ``loaded``, committed or ``in_flight``, and no other load's ``live`` claim has a smaller block number.
+    ``loaded`` or committed (the key's newest such row: an older one was replaced by a reload) or
+    ``in_flight``, and no other load's ``live`` claim has a smaller block number.
     Every load that reads the ledger after writing its claims decides the same for a file: a claim with a
     smaller block number was visible before its own.
 
@@ -355,6 +381,8 @@ def confirm(
     :param claim_timeout: seconds a claim stays live without a query or a staging table.
     """
     by_file = _by_file(rows)
+    current, _ = loaded_versions(rows, {id(r): row_status(r, facts, own=own, claim_timeout=claim_timeout)
+                                        for r in rows})
     kept: list[S3Object] = []
     lost: list[S3Object] = []
     for obj in objects:
@@ -369,6 +397,8 @@ def confirm(
             if other.load_id == own:
                 continue
             s = row_status(other, facts, own=own, claim_timeout=claim_timeout)
+            if s in ("loaded", "committed") and current.get(obj.key) is not other:
+                continue  # an earlier load of these bytes, replaced since (the key was put back)
             if s in ("loaded", "committed", "in_flight") or (s == "live" and other.block < me.block):
                 beaten = True
                 break

@@ -204,15 +204,26 @@ class LedgerRun:
                     settings=WRITE_SETTINGS,
                 )
 
-    def _record_committed(self, rows: Sequence[LedgerRow]) -> None:
-        """``pending`` rows whose staging table is gone: the partitions moved, so they are ``loaded``."""
-        for row in rows:
+    def _write_rows(self, rows: Sequence[LedgerRow], state: State) -> None:
+        """Write ``state`` over ledger rows of any load (each keeps its load, chunk, query id and claim time)."""
+        if rows:
             self.hook.execute(
                 render_write(self.ledger, with_claimed_at=True),
-                state_rows(self.target, self.bucket, [row], load_id=row.load_id, query_id=row.query_id,
-                           state="loaded"),
+                [line for row in rows for line in state_rows(
+                    self.target, self.bucket, [row], load_id=row.load_id, query_id=row.query_id, state=state)],
                 settings=WRITE_SETTINGS,
             )
+
+    def _record_replaced(self, rows: Sequence[LedgerRow]) -> None:
+        """Loaded versions a reload replaced: their rows left the target with it, so they are ``released``."""
+        self._write_rows(rows, "released")
+        if rows:
+            self.log.info("Ledger: %d loaded version(s) replaced by a reload recorded as released: %s", len(rows),
+                          ", ".join(f"{r.key}@{r.etag}" for r in rows[:5]))
+
+    def _record_committed(self, rows: Sequence[LedgerRow]) -> None:
+        """``pending`` rows whose staging table is gone: the partitions moved, so they are ``loaded``."""
+        self._write_rows(rows, "loaded")
         if rows:
             self.recovered.extend(rows)
             self.log.info("Ledger: %d file(s) of earlier loads were committed (pending, staging table gone): "
@@ -251,6 +262,7 @@ class LedgerRun:
             key_list_pattern([o.key for o in files], self.request.key_pattern, archive_syntax=archive_syntax)
         if not dry_run:
             self._record_committed(sel.committed)
+            self._record_replaced(sel.superseded)
             self.write(sel.release, "released", query_id=str(self.query_id))
             if sel.claim:
                 self.write(sel.claim, "claimed", query_id=str(self.query_id))
@@ -345,6 +357,8 @@ class LedgerRun:
         """After the staging table was dropped: the chunk's files are ``loaded``."""
         self.write(chunk.files, "loaded", query_id=metrics.query_id, rows=self._rows(metrics, chunk),
                    partitions=self._partitions(chunk, partitions))
+        keys = {o.key for o in chunk.files}
+        self._record_replaced([r for r in self.selection.replaces if r.key in keys])
         if chunk.number == self.chunks[-1].number:
             self.holding = False
         self.log.info("Ledger %s: recorded %d file(s) as loaded into %s", self.ledger, len(chunk.files), self.target)

@@ -17,6 +17,7 @@ from airflow_provider_s3ch.core.ledger import (
     chunks_of,
     confirm,
     key_list_pattern,
+    loaded_versions,
     narrow_manifest,
     select_files,
     split_chunks,
@@ -424,3 +425,36 @@ def test_chunks_need_the_ledger_and_append() -> None:
     assert request(max_bytes_per_load="1GiB").max_bytes_per_load == 1024**3 and request(max_files_per_load="5").chunked
     with pytest.raises(InvalidRequestError, match="whole number of files"):
         request(max_files_per_load=2.5)
+
+
+# ---------------------------------------------------------------------- a reload's older versions
+
+
+def test_a_key_put_back_to_an_earlier_version_is_changed_not_loaded() -> None:
+    """e1 loaded, then e2 reloaded over it, then the e1 bytes put back: the target holds e2, so e1 is a
+    changed file; e1's old row is replaced (released), and it does not beat this load's claim."""
+    old = row("in/a.csv", "loaded", OTHER, etag="e1").model_copy(update={"version": 1})
+    new = row("in/a.csv", "loaded", THIRD, etag="e2").model_copy(update={"version": 2})
+    with pytest.raises(ChangedFilesError, match="in/a.csv"):
+        select_files([obj("in/a.csv", etag="e1")], [old, new], LoadFacts(), own=ME)
+    sel = select_files([obj("in/a.csv", etag="e1")], [old, new], LoadFacts(), own=ME, on_changed="reload")
+    assert sel.reloaded == ["in/a.csv"] and sel.replaces == [new] and sel.superseded == [old]
+    mine = row("in/a.csv", "claimed", ME, etag="e1", block=9)
+    kept, lost = confirm([obj("in/a.csv", etag="e1")], [old, new, mine], LoadFacts(), own=ME, claim_timeout=T)
+    assert kept == [obj("in/a.csv", etag="e1")] and lost == []
+    # the newest loaded version is the loaded one, whichever order the rows come in
+    assert select_files([obj("in/a.csv", etag="e2")], [new, old], LoadFacts(), own=ME).skipped_loaded == ["in/a.csv"]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["e1", "e2", "e3"]), st.sampled_from(["loaded", "released", "claimed"])),
+                min_size=1, max_size=6))
+def test_the_newest_loaded_row_of_a_key_is_its_version_and_the_others_are_superseded(
+    history: list[tuple[str, str]],
+) -> None:
+    rows = [row("in/a.csv", state, f"l{i:03d}", etag=etag).model_copy(update={"version": i})
+            for i, (etag, state) in enumerate(history)]
+    status = {id(r): row_status(r, LoadFacts(), own=ME, claim_timeout=T) for r in rows}
+    current, superseded = loaded_versions(rows, status)
+    loaded = [r for r in rows if r.state == "loaded"]
+    assert list(current.values()) == loaded[-1:]
+    assert superseded == loaded[:-1]
