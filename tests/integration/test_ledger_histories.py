@@ -65,8 +65,14 @@ def files_now(stack: LocalStack, prefix: str, fmt: str) -> dict[str, tuple[int, 
         ch.execute(f"DROP TABLE {name} SYNC")
 
 
-@pytest.mark.parametrize("fmt", ["Parquet", "CSV"])
-def test_a_reload_keeps_a_late_file_of_another_month(stack: LocalStack, bucket: str, fmt: str) -> None:
+@pytest.mark.parametrize(("fmt", "a", "b", "c", "a_again"), [
+    ("Parquet", 1000, 2000, 500, 800),  # 3,300 rows in the end, 2,500 of February
+    ("CSV", 1000, 2000, 500, 800),
+    ("CSV", 10, 20, 5, 8),  # 25 February rows
+])
+def test_a_reload_keeps_a_late_file_of_another_month(
+    stack: LocalStack, bucket: str, fmt: str, a: int, b: int, c: int, a_again: int,
+) -> None:
     """a (January) and b (February) load together; a late c (February) rebuilds February; a is overwritten
     and reloaded: February, which a's first insert recorded, is rebuilt from b *and* c."""
     tag = uuid.uuid4().hex[:8]
@@ -85,18 +91,18 @@ def test_a_reload_keeps_a_late_file_of_another_month(stack: LocalStack, bucket: 
             on_changed="reload")
         return op.execute(fake_context())
 
-    put("a", 1, 1000, 1)
-    put("b", 2, 2000, 2)
+    put("a", 1, a, 1)
+    put("b", 2, b, 2)
     run()
     assert by_partition(stack, table) == files_now(stack, prefix, fmt)
-    put("c", 2, 500, 3)
+    put("c", 2, c, 3)
     run()
     assert by_partition(stack, table) == files_now(stack, prefix, fmt)
-    put("a", 1, 800, 4)
+    put("a", 1, a_again, 4)
     result = run()
     assert result["ledger"]["reloaded_keys"] == [f"{prefix}a.{ext}"]
     assert by_partition(stack, table) == files_now(stack, prefix, fmt)
-    assert sum(c for c, _ in by_partition(stack, table).values()) == 3300
+    assert {p: n for p, (n, _) in by_partition(stack, table).items()} == {"202401": a_again, "202402": b + c}
     rebuilt = {p["partition_id"]: p for p in result["rebuilt"]}
     assert set(rebuilt) == {"202401", "202402"}
     assert rebuilt["202402"]["earlier_files"] == [f"{prefix}b.{ext}", f"{prefix}c.{ext}"]
