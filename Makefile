@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --constraint $(CONSTRAINTS)
 
-.PHONY: venv demo test unit integration lint bench bench-large bench-peers docs constraints airflow-check clean
+.PHONY: venv demo test unit integration ledger-histories lint bench bench-large bench-peers docs constraints airflow-check clean
 
 venv: $(STAMP)
 
@@ -43,6 +43,14 @@ demo: venv
 ## test: the whole suite (unit, integration on the real local stack, the example DAG through Airflow)
 test: venv
 	$(PY) -m pytest -q -p no:cacheprovider
+
+## ledger-histories: the ledger against its model over LEDGER_HISTORIES histories (500 by default; make test runs 20),
+## each up to 8 steps with loads SIGKILLed at random statements; the counts go to bench/results/ledger_histories.json
+LEDGER_HISTORIES ?= 500
+
+ledger-histories: venv
+	S3CH_LEDGER_HISTORIES=$(LEDGER_HISTORIES) S3CH_LEDGER_HISTORIES_REPORT=bench/results/ledger_histories.json \
+	  $(PY) -m pytest -q -p no:cacheprovider -s tests/integration/test_ledger_model.py
 
 ## lint: ruff (rules in pyproject.toml)
 lint: venv

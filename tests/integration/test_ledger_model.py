@@ -1,0 +1,411 @@
+"""The file ledger against a model, over histories (Hypothesis's stateful testing on the real local stack).
+
+Rules put new files (rows in one or more partitions), overwrite a file (same or other partitions), put an
+earlier version back, delete a file, and run a load under one of the option sets the docs offer
+(``append`` / ``replace_partitions`` x ``on_changed`` fail / skip / reload x whole / chunked
+``max_files_per_load``); some loads are SIGKILLed at a random statement and retried, as Airflow retries a
+task whose worker died.
+
+The model says what each run must do: load which files, refuse (naming why), or do nothing; and what the
+table then holds, partition by partition: which version of which file. After every run the target is
+compared, per partition (``count()`` and ``sum(cityHash64(...))``), with ClickHouse's own read of exactly
+those versions (every version put is kept under an archive prefix, so an overwritten or deleted file's
+rows can still be read); the ledger holds one ``loaded`` row per key, of the version the model holds (a
+reloaded file's older versions are ``released``), no claim or ``pending`` row is left, and no staging table
+is left.
+
+``S3CH_LEDGER_HISTORIES`` sets the number of histories (20 by default; ``make ledger-histories`` runs 500)
+and ``S3CH_LEDGER_HISTORIES_REPORT`` a file the run's counts go to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import multiprocessing
+import os
+import signal
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import pytest
+from airflow.providers.common.compat.sdk import AirflowSkipException
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from airflow_provider_s3ch.core.ledger_request import LEDGER_NAME
+from airflow_provider_s3ch.core.ledger_sql import render_create_ledger
+from airflow_provider_s3ch.core.models import TableRef
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
+from airflow_provider_s3ch.errors import S3chError
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
+from tests.integration.support import fake_context
+
+pytestmark = pytest.mark.integration
+
+BUCKET = "s3ch-histories"
+STRUCTURE = "p UInt8, file UInt8, ver UInt32, id UInt32"
+KEYS = 5
+PARTITIONS = 4
+
+#: Every option set of the ledger: (mode, on_changed, max_files_per_load).
+ALL_OPTION_SETS = [(mode, changed, chunk) for mode in ("append", "replace_partitions")
+                   for changed in ("fail", "skip", "reload") for chunk in (None, 1, 2)]
+
+
+def refused(mode: str, on_changed: str, chunk: int | None) -> bool:
+    """The option sets refused before anything is listed (``core.ledger_request.check_request``)."""
+    return (chunk is not None and mode != "append") or (on_changed == "reload" and mode == "append")
+
+
+#: The option sets the histories run under: the ones that load.
+OPTION_SETS = [o for o in ALL_OPTION_SETS if not refused(*o)]
+
+STATS: Counter[str] = Counter()
+
+
+# ---------------------------------------------------------------------- the model
+
+
+@dataclass(frozen=True)
+class Version:
+    """One upload: its rows per partition (``{p: rows}``)."""
+
+    ver: int
+    file: int
+    rows: tuple[tuple[int, int], ...]
+
+    @property
+    def partitions(self) -> set[str]:
+        return {str(p) for p, _ in self.rows}
+
+    def body(self) -> bytes:
+        return "".join(f"{p},{self.file},{self.ver},{i}\n" for p, n in self.rows for i in range(n)).encode()
+
+
+@dataclass
+class Model:
+    """What S3 holds, and what the target and the ledger must hold."""
+
+    s3: dict[int, Version] = field(default_factory=dict)
+    #: per file, the version the ledger records as loaded (the newest)
+    loaded: dict[int, Version] = field(default_factory=dict)
+    #: per file, the partitions the ledger records for it: its insert's staging table's
+    recorded: dict[int, set[str]] = field(default_factory=dict)
+    #: per partition id, the versions whose rows in that partition the target holds
+    table: dict[str, set[Version]] = field(default_factory=dict)
+
+    def run(self, mode: str, on_changed: str, chunk: int | None) -> str:
+        """Apply one run to the model; return what it must do: ``refused-request``, ``refused-changed``,
+        ``refused-rebuild``, ``nothing`` or ``loaded``."""
+        if refused(mode, on_changed, chunk):
+            return "refused-request"
+        new: list[int] = []
+        changed: list[int] = []
+        for n in sorted(self.s3):
+            v = self.s3[n]
+            if self.loaded.get(n) == v:
+                continue
+            if n in self.loaded:
+                changed.append(n)
+            else:
+                new.append(n)
+        if changed and on_changed == "fail":
+            return "refused-changed"
+        sel = sorted(new + (changed if on_changed == "reload" else []))
+        if not sel:
+            return "nothing"
+        if mode == "append":
+            size = chunk or len(sel)
+            for start in range(0, len(sel), size):
+                part = sel[start:start + size]
+                staged = set().union(*(self.s3[n].partitions for n in part))
+                for n in part:
+                    self._add(self.s3[n])
+                    self.loaded[n], self.recorded[n] = self.s3[n], staged
+            return "loaded"
+        staged = set().union(*(self.s3[n].partitions for n in sel))
+        every = staged | set().union(*(self.recorded[n] for n in sel if n in self.loaded))
+        earlier = [n for n in self.loaded if n not in sel and self.recorded[n] & every]
+        if any(self.s3.get(n) != self.loaded[n] for n in earlier):
+            return "refused-rebuild"
+        for p in every:
+            self.table[p] = {v for v in [*(self.loaded[n] for n in earlier), *(self.s3[n] for n in sel)]
+                             if p in v.partitions}
+        for n in sel:
+            self.loaded[n], self.recorded[n] = self.s3[n], staged
+        return "loaded"
+
+    def _add(self, v: Version) -> None:
+        for p in v.partitions:
+            self.table.setdefault(p, set()).add(v)
+
+
+# ---------------------------------------------------------------------- a load killed at a statement
+
+
+@contextlib.contextmanager
+def counting(die_at: int | None = None) -> Iterator[list[int]]:
+    """Count the statements the load sends to ClickHouse; with ``die_at``, SIGKILL the process just before
+    the ``die_at``-th."""
+    sent = [0]
+    saved = {name: getattr(ClickHouseHook, name) for name in ("execute", "run_insert")}
+    for name, original in saved.items():
+
+        def counted(self: Any, *a: Any, _original: Any = original, **k: Any) -> Any:
+            sent[0] += 1
+            if die_at is not None and sent[0] >= die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return _original(self, *a, **k)
+
+        setattr(ClickHouseHook, name, counted)
+    try:
+        yield sent
+    finally:
+        for name, original in saved.items():
+            setattr(ClickHouseHook, name, original)
+
+
+def _killed_load(env: dict[str, str], kwargs: dict[str, Any], run_id: str, die_at: int) -> None:
+    """In a forked worker: the load, SIGKILLed just before its ``die_at``-th statement to ClickHouse."""
+    os.environ.update(env)
+    try:
+        with counting(die_at):
+            S3ToClickHouseOperator(task_id="load", **kwargs).execute(fake_context("load", 1, run_id))
+    except BaseException:  # noqa: BLE001 - the retry in the test says what the run must do
+        os._exit(1)
+
+
+_FORKS = multiprocessing.get_context("forkserver")
+_FORKS.set_forkserver_preload(["airflow_provider_s3ch.operators.s3_to_clickhouse", __name__])
+
+
+# ---------------------------------------------------------------------- the machine
+
+
+class LedgerHistories(RuleBasedStateMachine):
+    stack: ClassVar[LocalStack]
+    #: The option set of every run of the history.
+    options: ClassVar[tuple[str, str, int | None]] = OPTION_SETS[0]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = Model()
+        self.tag = uuid.uuid4().hex[:10]
+        self.table = f"default.lh_{self.tag}"
+        self.next_ver = 1
+        self.versions: list[Version] = []
+        ch = self.stack.clickhouse_client()
+        ch.execute(f"CREATE TABLE {self.table} ({STRUCTURE}) ENGINE = MergeTree PARTITION BY p ORDER BY (file, id)")
+        ch.execute(render_create_ledger(TableRef(database="default", name=LEDGER_NAME)))
+        STATS["histories"] += 1
+
+    def teardown(self) -> None:
+        self.stack.clickhouse_client().execute(f"DROP TABLE IF EXISTS {self.table} SYNC")
+
+    # --- S3
+    def key(self, n: int) -> str:
+        return f"lh-{self.tag}/f{n}.csv"
+
+    def archive(self, ver: int) -> str:
+        return f"lh-{self.tag}-archive/v{ver}.csv"
+
+    def put(self, n: int, v: Version) -> None:
+        s3 = self.stack.s3_client()
+        s3.put_object(Bucket=BUCKET, Key=self.key(n), Body=v.body())
+        s3.put_object(Bucket=BUCKET, Key=self.archive(v.ver), Body=v.body())
+        self.model.s3[n] = v
+
+    def new_version(self, n: int, rows: list[tuple[int, int]]) -> Version:
+        v = Version(self.next_ver, n, tuple(sorted(dict(rows).items())))
+        self.next_ver += 1
+        self.versions.append(v)
+        return v
+
+    ROWS = st.lists(st.tuples(st.integers(0, PARTITIONS - 1), st.integers(1, 4)), min_size=1, max_size=3)
+
+    @initialize(files=st.lists(ROWS, min_size=1, max_size=3))
+    def first_files(self, files: list[list[tuple[int, int]]]) -> None:
+        STATS["options " + "/".join(str(o) for o in self.options)] += 1
+        for n, rows in enumerate(files):
+            self.put_new_file(n, rows)
+
+    @precondition(lambda self: len(self.model.s3) < KEYS)
+    @rule(data=st.data(), files=st.lists(ROWS, min_size=1, max_size=2))
+    def put_new(self, data: st.DataObject, files: list[list[tuple[int, int]]]) -> None:
+        for rows in files:
+            free = [n for n in range(KEYS) if n not in self.model.s3]
+            if free:
+                self.put_new_file(data.draw(st.sampled_from(free)), rows)
+
+    def put_new_file(self, n: int, rows: list[tuple[int, int]]) -> None:
+        self.put(n, self.new_version(n, rows))
+
+    @precondition(lambda self: self.model.s3)
+    @rule(data=st.data(), rows=ROWS)
+    def overwrite(self, data: st.DataObject, rows: list[tuple[int, int]]) -> None:
+        n = data.draw(st.sampled_from(sorted(self.model.s3)))
+        self.put(n, self.new_version(n, rows))
+
+    @precondition(lambda self: any(v != self.model.s3.get(v.file) for v in self.versions))
+    @rule(data=st.data())
+    def put_back_an_earlier_version(self, data: st.DataObject) -> None:
+        v = data.draw(st.sampled_from([v for v in self.versions if v != self.model.s3.get(v.file)]))
+        self.put(v.file, v)
+
+    @precondition(lambda self: self.model.s3)
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        n = data.draw(st.sampled_from(sorted(self.model.s3)))
+        self.stack.s3_client().delete_object(Bucket=BUCKET, Key=self.key(n))
+        del self.model.s3[n]
+
+    # --- loads
+    def kwargs(self) -> dict[str, Any]:
+        mode, on_changed, chunk = self.options
+        return {"s3_uri": f"s3://{BUCKET}/lh-{self.tag}/*.csv", "table": self.table, "format": "CSV",
+                "structure": STRUCTURE, "skip_loaded": True, "skip_when_empty": True, "mode": mode,
+                "on_changed": on_changed,
+                **({"max_files_per_load": chunk} if chunk else {})}
+
+    def expect(self, run_id: str, try_number: int, must: str) -> None:
+        try:
+            with counting() as sent:
+                S3ToClickHouseOperator(task_id="load", **self.kwargs()).execute(
+                    fake_context("load", try_number, run_id))
+            if try_number == 1:
+                STATS[f"statements of a run that {must}: up to"] = max(
+                    STATS[f"statements of a run that {must}: up to"], sent[0])
+            outcome = "done"
+        except AirflowSkipException:  # nothing listed (skip_when_empty)
+            outcome = "done"
+        except S3chError as exc:
+            outcome = str(exc)
+        STATS["run " + must] += 1
+        if must in ("loaded", "nothing"):
+            assert outcome == "done", f"{self.options}: the run must load ({must}), it failed: {outcome}"
+        elif must == "refused-request":
+            assert "cannot run with" in outcome, f"{self.options}: not refused: {outcome}"
+        elif must == "refused-changed":
+            assert "changed since they were loaded" in outcome, f"{self.options}: not refused: {outcome}"
+        else:
+            assert "cannot be read again as they were loaded" in outcome, f"{self.options}: not refused: {outcome}"
+
+    @rule()
+    def load(self) -> None:
+        self.expect(f"run-{uuid.uuid4().hex[:8]}", 1, self.model.run(*self.options))
+
+    @rule(die_at=st.one_of(st.integers(1, 25), st.integers(26, 80)))
+    def load_killed_and_retried(self, die_at: int) -> None:
+        run_id = f"run-{uuid.uuid4().hex[:8]}"
+        env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
+        worker = _FORKS.Process(target=_killed_load, args=(env, self.kwargs(), run_id, die_at))
+        worker.start()
+        worker.join(300)
+        assert worker.exitcode is not None, "the worker neither died nor finished in 300 s"
+        STATS["killed" if worker.exitcode == -signal.SIGKILL else "kill point after the load"] += 1
+        if worker.exitcode == -signal.SIGKILL:
+            STATS[f"killed before statement {die_at:02d}"] += 1
+        self.expect(run_id, 2, self.model.run(*self.options))
+
+    # --- what must hold after every step
+    @invariant()
+    def the_table_is_the_models(self) -> None:
+        want = {p: vs for p, vs in self.model.table.items() if vs}
+        ch = self.stack.clickhouse_client()
+        got = {str(p): (int(c), int(h)) for p, c, h in ch.execute(
+            f"SELECT _partition_id, count(), sum(cityHash64(p, file, ver, id)) FROM {self.table} "
+            "GROUP BY _partition_id")}
+        expected: dict[str, tuple[int, int]] = {}
+        if want:
+            vers = sorted({v.ver for vs in want.values() for v in vs})
+            pairs = ", ".join(f"('{p}', {v.ver})" for p, vs in want.items() for v in vs)
+            url = f"{self.stack.s3_endpoint}/{BUCKET}/lh-{self.tag}-archive/v{{{','.join(map(str, vers))}}}.csv"
+            expected = {str(p): (int(c), int(h)) for p, c, h in ch.execute(
+                f"SELECT toString(p) AS pid, count(), sum(cityHash64(p, file, ver, id)) FROM s3('{url}', "
+                f"'{self.stack.s3_access_key}', '{self.stack.s3_secret_key}', 'CSV', '{STRUCTURE}') "
+                f"WHERE has([{pairs}], (pid, ver)) GROUP BY pid")}
+        assert got == expected, f"{self.options}: the table differs from the files' rows the model holds"
+
+    @invariant()
+    def the_ledger_is_the_models(self) -> None:
+        ch = self.stack.clickhouse_client()
+        rows = ch.execute(
+            f"SELECT key, etag, toString(state) FROM default.{LEDGER_NAME} FINAL WHERE table = %(t)s",
+            {"t": self.table})
+        loaded = Counter(k for k, _, s in rows if s == "loaded")
+        assert all(c == 1 for c in loaded.values()), f"a key with more than one loaded version: {rows}"
+        assert not [r for r in rows if r[2] in ("claimed", "pending")], f"claims left: {rows}"
+        newest = dict(ch.execute(
+            f"SELECT key, argMax(etag, version) FROM default.{LEDGER_NAME} FINAL WHERE table = %(t)s "
+            "AND state = 'loaded' GROUP BY key", {"t": self.table}))
+        want = {self.key(n): hashlib.md5(v.body()).hexdigest() for n, v in self.model.loaded.items()}
+        assert newest == want, f"{self.options}: the ledger's loaded versions differ from the model's"
+
+    @invariant()
+    def no_staging_table_is_left(self) -> None:
+        left = self.stack.clickhouse_client().execute(
+            "SELECT name FROM system.tables WHERE database = 'default' AND startsWith(name, %(p)s)",
+            {"p": STAGING_PREFIX})
+        assert not left, f"staging tables left: {left}"
+
+
+@pytest.mark.parametrize("options", [o for o in ALL_OPTION_SETS if refused(*o)])
+def test_an_option_set_that_cannot_be_exact_is_refused_before_anything_is_read(
+    stack: LocalStack, bucket: str, options: tuple[str, str, int | None],
+) -> None:
+    LedgerHistories.stack, LedgerHistories.options = stack, options
+    machine = LedgerHistories()
+    try:
+        machine.first_files([[(0, 2), (1, 1)]])
+        with pytest.raises(S3chError, match=r"cannot run with mode=.*; use mode="):
+            S3ToClickHouseOperator(task_id="load", **machine.kwargs()).execute(fake_context())
+        machine.the_table_is_the_models()
+        assert not machine.stack.clickhouse_client().execute(
+            f"SELECT 1 FROM default.{LEDGER_NAME} WHERE table = %(t)s", {"t": machine.table})
+    finally:
+        machine.teardown()
+
+
+@pytest.fixture(scope="module")
+def bucket(stack: LocalStack) -> str:
+    stack.create_bucket(BUCKET)
+    return BUCKET
+
+
+@pytest.fixture(scope="module")
+def stats() -> Iterator[Counter[str]]:
+    """The histories' counts, printed (and written to ``S3CH_LEDGER_HISTORIES_REPORT``) after the module."""
+    STATS.clear()
+    yield STATS
+    print(f"\nledger histories: {json.dumps(dict(sorted(STATS.items())), indent=1)}")
+    report = os.environ.get("S3CH_LEDGER_HISTORIES_REPORT")
+    if report:
+        with open(report, "w") as out:
+            json.dump(dict(sorted(STATS.items())), out, indent=1)
+
+
+@pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: "/".join(str(x) for x in o))
+def test_the_ledger_matches_the_model_after_any_history(
+    stack: LocalStack, bucket: str, stats: Counter[str], options: tuple[str, str, int | None],
+) -> None:
+    """``S3CH_LEDGER_HISTORIES`` histories in all (20 by default), shared among the option sets."""
+    LedgerHistories.stack, LedgerHistories.options = stack, options
+    examples = -(-int(os.environ.get("S3CH_LEDGER_HISTORIES", "20")) // len(OPTION_SETS))
+    run_state_machine_as_test(LedgerHistories, settings=settings(
+        max_examples=examples, stateful_step_count=8, deadline=None, database=None,
+        suppress_health_check=list(HealthCheck)))
