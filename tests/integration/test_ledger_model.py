@@ -3,8 +3,8 @@
 Rules put new files (rows in one or more partitions), overwrite a file (same or other partitions), put an
 earlier version back, delete a file, and run a load under one of the option sets the docs offer
 (``append`` / ``replace_partitions`` x ``on_changed`` fail / skip / reload x whole / chunked
-``max_files_per_load``); some loads are SIGKILLed at a random statement and retried, as Airflow retries a
-task whose worker died.
+``max_files_per_load``); some loads are SIGKILLed at a random statement (just before it is sent, or a few
+milliseconds after, while it may still run) and retried, as Airflow retries a task whose worker died.
 
 The model says what each run must do: load which files, refuse (naming why), or do nothing; and what the
 table then holds, partition by partition: which version of which file. After every run the target is
@@ -26,6 +26,7 @@ import json
 import multiprocessing
 import os
 import signal
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -158,10 +159,14 @@ class Model:
 # ---------------------------------------------------------------------- a load killed at a statement
 
 
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 @contextlib.contextmanager
-def counting(die_at: int | None = None) -> Iterator[list[int]]:
+def counting(die_at: int | None = None, in_flight_ms: int = 0) -> Iterator[list[int]]:
     """Count the statements the load sends to ClickHouse; with ``die_at``, SIGKILL the process just before
-    the ``die_at``-th."""
+    the ``die_at``-th, or ``in_flight_ms`` after it was sent (the statement in flight, or done by then)."""
     sent = [0]
     saved = {name: getattr(ClickHouseHook, name) for name in ("execute", "run_insert")}
     for name, original in saved.items():
@@ -169,7 +174,9 @@ def counting(die_at: int | None = None) -> Iterator[list[int]]:
         def counted(self: Any, *a: Any, _original: Any = original, **k: Any) -> Any:
             sent[0] += 1
             if die_at is not None and sent[0] >= die_at:
-                os.kill(os.getpid(), signal.SIGKILL)
+                if not in_flight_ms:
+                    _die()
+                threading.Timer(in_flight_ms / 1000, _die).start()
             return _original(self, *a, **k)
 
         setattr(ClickHouseHook, name, counted)
@@ -180,11 +187,11 @@ def counting(die_at: int | None = None) -> Iterator[list[int]]:
             setattr(ClickHouseHook, name, original)
 
 
-def _killed_load(env: dict[str, str], kwargs: dict[str, Any], run_id: str, die_at: int) -> None:
-    """In a forked worker: the load, SIGKILLed just before its ``die_at``-th statement to ClickHouse."""
+def _killed_load(env: dict[str, str], kwargs: dict[str, Any], run_id: str, die_at: int, in_flight_ms: int) -> None:
+    """In a forked worker: the load, SIGKILLed at its ``die_at``-th statement to ClickHouse (:func:`counting`)."""
     os.environ.update(env)
     try:
-        with counting(die_at):
+        with counting(die_at, in_flight_ms):
             S3ToClickHouseOperator(task_id="load", **kwargs).execute(fake_context("load", 1, run_id))
     except BaseException:  # noqa: BLE001 - the retry in the test says what the run must do
         os._exit(1)
@@ -309,17 +316,17 @@ class LedgerHistories(RuleBasedStateMachine):
     def load(self) -> None:
         self.expect(f"run-{uuid.uuid4().hex[:8]}", 1, self.model.run(*self.options))
 
-    @rule(die_at=st.one_of(st.integers(1, 25), st.integers(26, 80)))
-    def load_killed_and_retried(self, die_at: int) -> None:
+    @rule(die_at=st.one_of(st.integers(1, 25), st.integers(26, 80)), in_flight_ms=st.sampled_from([0, 0, 3, 15]))
+    def load_killed_and_retried(self, die_at: int, in_flight_ms: int) -> None:
         run_id = f"run-{uuid.uuid4().hex[:8]}"
         env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
-        worker = _FORKS.Process(target=_killed_load, args=(env, self.kwargs(), run_id, die_at))
+        worker = _FORKS.Process(target=_killed_load, args=(env, self.kwargs(), run_id, die_at, in_flight_ms))
         worker.start()
         worker.join(300)
         assert worker.exitcode is not None, "the worker neither died nor finished in 300 s"
         STATS["killed" if worker.exitcode == -signal.SIGKILL else "kill point after the load"] += 1
         if worker.exitcode == -signal.SIGKILL:
-            STATS[f"killed before statement {die_at:02d}"] += 1
+            STATS[f"killed at statement {die_at:02d}{f' +{in_flight_ms} ms' if in_flight_ms else ' (before)'}"] += 1
         self.expect(run_id, 2, self.model.run(*self.options))
 
     # --- what must hold after every step
