@@ -59,7 +59,7 @@ from airflow_provider_s3ch.core.ledger_rows import (
     WHOLE_FILE,
     FileVersion,
     LedgerRow,
-    LoadFacts,
+    LoadActivity,
     Status,
     row_status,
     version_of,
@@ -159,7 +159,7 @@ def _unique(objects: Iterable[S3Object]) -> list[S3Object]:
 def select_files(
     objects: Sequence[S3Object],
     rows: Sequence[LedgerRow],
-    facts: LoadFacts,
+    facts: LoadActivity,
     *,
     own: str,
     on_changed: str = "fail",
@@ -244,7 +244,7 @@ def _retry(
     listed: list[S3Object], rows: Sequence[LedgerRow], mine: list[LedgerRow], stale_mine: list[LedgerRow],
     released_mine: list[LedgerRow], status: Mapping[int, Status], done: set[FileVersion], loaded_keys: set[str],
     committed: list[LedgerRow],
-    facts: LoadFacts, own: str, fmt: str | None, compression: str | None,
+    facts: LoadActivity, own: str, fmt: str | None, compression: str | None,
 ) -> Selection:
     """The selection of a load that holds files already (see :func:`select_files`): the files of its chunks
     that are not committed, each in the chunk its row names. Its stale claims, and the claims an earlier try
@@ -363,7 +363,7 @@ def group_chunks(files: Sequence[S3Object], chunk_of: Mapping[str, int]) -> list
 
 
 def confirm(
-    objects: Sequence[S3Object], rows: Sequence[LedgerRow], facts: LoadFacts, *, own: str,
+    objects: Sequence[S3Object], rows: Sequence[LedgerRow], facts: LoadActivity, *, own: str,
     claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
 ) -> tuple[list[S3Object], list[S3Object]]:
     """Which of this load's claims hold, read after writing them: (kept, lost).

@@ -94,7 +94,7 @@ def version_of(obj: S3Object) -> FileVersion:
     return FileVersion(obj.key, obj.etag or "")
 
 
-class LoadFacts(BaseModel):
+class LoadActivity(BaseModel):
     """What the server says of the loads the rows name: which units' staging tables exist (:func:`unit_id`),
     which loads run a query (of any of their chunks)."""
 
@@ -106,7 +106,7 @@ class LoadFacts(BaseModel):
         return load_id in self.running or any(u.startswith(load_id) for u in self.staging)
 
 
-def row_status(row: LedgerRow, facts: LoadFacts, *, own: str, claim_timeout: float) -> Status:
+def row_status(row: LedgerRow, facts: LoadActivity, *, own: str, claim_timeout: float) -> Status:
     """What a row means now.
 
     - ``loaded``: the file version is in the target; ``released``: the load gave it up.

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping, Sequence
 
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, State
 from airflow_provider_s3ch.core.models import S3Object, TableRef
+from airflow_provider_s3ch.core.recovery import QUERY_ID_PREFIX, STAGING_PREFIX, STEM_HEX_DIGITS
 from airflow_provider_s3ch.core.sql import quote_identifier, render_table
 
 # ---------------------------------------------------------------------- the table
@@ -160,3 +161,21 @@ def state_rows(
             out.append((target, bucket, f.key, f.etag or "", f.size, f.last_modified,
                         chunk_of.get(f.key, WHOLE_FILE), load_id, query_id, state, rows, list(partitions or ())))
     return out
+
+
+# ---------------------------------------------------------------------- what the server says of the loads
+
+
+def render_staging_tables() -> tuple[str, dict[str, object]]:
+    """The staging tables (of a load or of one of its chunks) of the loads ``%(ids)s`` in database ``%(d)s``:
+    their names. The statement and its fixed parameters; the caller adds ``d`` and ``ids``."""
+    return (
+        "SELECT name FROM system.tables WHERE database = %(d)s AND startsWith(name, %(p)s) "
+        "AND substring(name, %(at)s, %(n)s) IN %(ids)s",
+        {"p": STAGING_PREFIX, "at": len(STAGING_PREFIX) + 1, "n": STEM_HEX_DIGITS},
+    )
+
+
+def render_running_loads() -> str:
+    """The query ids of the provider's loads running on the node (:data:`QUERY_ID_PREFIX`)."""
+    return f"SELECT query_id FROM system.processes WHERE startsWith(query_id, '{QUERY_ID_PREFIX}')"

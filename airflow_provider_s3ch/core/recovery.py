@@ -42,7 +42,10 @@ MODES: tuple[str, ...] = get_args(Mode)
 #: Database engines without an atomic ``EXCHANGE TABLES``.
 _NO_EXCHANGE_ENGINES = {"Ordinary", "Memory", "Lazy", "MySQL", "PostgreSQL", "SQLite"}
 
-_QUERY_ID_RE = re.compile(r"^s3ch-(?P<stem>[0-9a-f]+)-try(?P<try>[0-9]+)$")
+#: What every query id of the provider's loads starts with (:class:`QueryId`).
+QUERY_ID_PREFIX = "s3ch-"
+
+_QUERY_ID_RE = re.compile(rf"^{QUERY_ID_PREFIX}(?P<stem>[0-9a-f]+)-try(?P<try>[0-9]+)$")
 
 #: Hex digits of the stem: 80 bits of sha256, enough that two loads never share one.
 STEM_HEX_DIGITS = 20
@@ -121,12 +124,12 @@ class QueryId(BaseModel):
         return cls(stem=m.group("stem"), try_number=int(m.group("try")))
 
     def __str__(self) -> str:
-        return f"s3ch-{self.stem}-try{self.try_number}"
+        return f"{QUERY_ID_PREFIX}{self.stem}-try{self.try_number}"
 
     @property
     def pattern(self) -> str:
         """The RE2 pattern (for ``match()`` in ClickHouse) of every try's query id of this stem."""
-        return f"^s3ch-{self.stem}-try[0-9]+$"
+        return f"^{QUERY_ID_PREFIX}{self.stem}-try[0-9]+$"
 
 
 def staging_table(target: TableRef | TableInfo, stem: str) -> TableRef:

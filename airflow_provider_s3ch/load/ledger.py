@@ -30,7 +30,7 @@ from airflow_provider_s3ch.core.ledger import (
 )
 from airflow_provider_s3ch.core.ledger_rebuild import EarlierRow
 from airflow_provider_s3ch.core.ledger_request import check_steps, ledger_ref, target_name
-from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, LoadFacts, State, load_of, unit_id
+from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, LoadActivity, State, load_of, unit_id
 from airflow_provider_s3ch.core.ledger_sql import (
     PARTITIONS_COLUMN,
     READ_FIELDS,
@@ -40,11 +40,13 @@ from airflow_provider_s3ch.core.ledger_sql import (
     render_create_ledger,
     render_read,
     render_read_partitions,
+    render_running_loads,
+    render_staging_tables,
     render_write,
     state_rows,
 )
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, LoadRequest, Manifest, S3Object
-from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, STEM_HEX_DIGITS, LoadSteps, QueryId, Resume
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, LoadSteps, QueryId, Resume
 from airflow_provider_s3ch.errors import PlanError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.load.report import LoadReport, NothingNew
@@ -165,26 +167,21 @@ class LedgerRun:
         """The URL of the whole glob."""
         return self._url
 
-    def facts(self, rows: Sequence[LedgerRow | EarlierRow]) -> LoadFacts:
+    def facts(self, rows: Sequence[LedgerRow | EarlierRow]) -> LoadActivity:
         """Which staging tables exist (of the load or of its chunks) and whose query runs, for this load and
         the loads with open rows."""
         ids = sorted({r.load_id for r in rows if r.state in ("claimed", "pending")} | {self.own})
-        staged = self.hook.execute(
-            "SELECT name FROM system.tables WHERE database = %(d)s AND startsWith(name, %(p)s) "
-            "AND substring(name, %(at)s, %(n)s) IN %(ids)s",
-            {"d": self.database, "p": STAGING_PREFIX, "at": len(STAGING_PREFIX) + 1, "n": STEM_HEX_DIGITS,
-             "ids": tuple(ids)},
-        )
-        running = self.hook.execute("SELECT query_id FROM system.processes WHERE startsWith(query_id, 's3ch-')")
+        sql, params = render_staging_tables()
+        staged = self.hook.execute(sql, {**params, "d": self.database, "ids": tuple(ids)})
         loads = set()
-        for (text,) in running:
+        for (text,) in self.hook.execute(render_running_loads()):
             try:
                 loads.add(load_of(QueryId.parse(str(text)).stem))
-            except InvalidRequestError:  # another query id that starts with s3ch-
+            except InvalidRequestError:  # another query id with the same prefix
                 continue
         units = {str(n)[len(STAGING_PREFIX):] for (n,) in staged}
-        return LoadFacts(staging=frozenset(u for u in units if load_of(u) in ids),
-                         running=frozenset(loads & set(ids)))
+        return LoadActivity(staging=frozenset(u for u in units if load_of(u) in ids),
+                            running=frozenset(loads & set(ids)))
 
     # ------------------------------------------------------------------ writes
     def write(self, files: Sequence[S3Object | LedgerRow], state: State, *, query_id: str,
@@ -246,7 +243,7 @@ class LedgerRun:
             present = True
         rows = self.read(o.key for o in manifest.objects) if present else []
         self._recorded = {r.key: r.partitions for r in rows if r.load_id == self.own and r.partitions}
-        facts = self.facts(rows) if present else LoadFacts()
+        facts = self.facts(rows) if present else LoadActivity()
         sel = select_files(
             manifest.objects, rows, facts, own=self.own, on_changed=self.request.on_changed,
             claim_timeout=self.claim_timeout, fmt=manifest.format, compression=manifest.compression,

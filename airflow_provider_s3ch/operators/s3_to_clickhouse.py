@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_provider_s3ch.compat import AirflowSkipException, Asset, BaseAsset, BaseOperator, Context, conf
+from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT
 from airflow_provider_s3ch.core.ledger_request import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import outlet_extra
 from airflow_provider_s3ch.core.models import LoadRequest
@@ -148,7 +149,7 @@ class S3ToClickHouseOperator(BaseOperator):
         on_changed: str = "fail",
         ledger_table: str | None = None,
         skip_when_empty: bool = False,
-        claim_timeout: float = 3600.0,  # seconds: 1 h (core.ledger.DEFAULT_CLAIM_TIMEOUT)
+        claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
         max_files_per_load: int | str | None = None,
         max_bytes_per_load: int | str | None = None,
         learn_from_history: bool = True,

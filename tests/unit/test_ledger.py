@@ -24,7 +24,7 @@ from airflow_provider_s3ch.core.ledger import (
     summary,
 )
 from airflow_provider_s3ch.core.ledger_request import LEDGER_NAME, check_request, check_steps, ledger_ref
-from airflow_provider_s3ch.core.ledger_rows import LedgerRow, LoadFacts, row_status, staging_name, unit_id
+from airflow_provider_s3ch.core.ledger_rows import LedgerRow, LoadActivity, row_status, staging_name, unit_id
 from airflow_provider_s3ch.core.ledger_sql import ledger_engine_problem, render_create_ledger, render_read, state_rows
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object, TableRef
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, plan_steps
@@ -102,7 +102,7 @@ def test_only_a_load_through_a_staging_table_can_use_the_ledger() -> None:
     ],
 )
 def test_row_status(state: str, load: str, age: float, staging: bool, running: bool, expected: str) -> None:
-    facts = LoadFacts(staging=frozenset({load} if staging else ()), running=frozenset({load} if running else ()))
+    facts = LoadActivity(staging=frozenset({load} if staging else ()), running=frozenset({load} if running else ()))
     assert row_status(row("k", state, load, age=age), facts, own=ME, claim_timeout=T) == expected
 
 
@@ -117,7 +117,7 @@ def test_a_first_try_takes_the_files_no_load_holds() -> None:
         row("in/c.csv", "claimed", THIRD, age=T + 5),  # stale: its load died
         row("in/d.csv", "pending", THIRD),  # staging gone: committed
     ]
-    sel = select_files(listing, rows, LoadFacts(), own=ME, claim_timeout=T)
+    sel = select_files(listing, rows, LoadActivity(), own=ME, claim_timeout=T)
     assert [o.key for o in sel.files] == ["in/c.csv", "in/e.csv"] == [o.key for o in sel.claim]
     assert sel.skipped_loaded == ["in/a.csv", "in/d.csv"] and sel.skipped_claimed == ["in/b.csv"]
     assert [r.key for r in sel.committed] == ["in/d.csv"]
@@ -126,7 +126,7 @@ def test_a_first_try_takes_the_files_no_load_holds() -> None:
 
 def test_a_file_whose_load_still_finishes_is_held_not_reloaded() -> None:
     rows = [row("in/a.csv", "pending", OTHER)]
-    sel = select_files([obj("in/a.csv")], rows, LoadFacts(staging=frozenset({OTHER})), own=ME)
+    sel = select_files([obj("in/a.csv")], rows, LoadActivity(staging=frozenset({OTHER})), own=ME)
     assert sel.files == [] and sel.skipped_claimed == ["in/a.csv"] and sel.committed == []
 
 
@@ -136,9 +136,9 @@ def test_a_changed_etag_is_a_new_version(on_changed: str) -> None:
     rows = [row("in/a.csv", "loaded", etag="e1")]
     if on_changed == "fail":
         with pytest.raises(ChangedFilesError, match="in/a.csv"):
-            select_files(listing, rows, LoadFacts(), own=ME, on_changed=on_changed)
+            select_files(listing, rows, LoadActivity(), own=ME, on_changed=on_changed)
         return
-    sel = select_files(listing, rows, LoadFacts(), own=ME, on_changed=on_changed)
+    sel = select_files(listing, rows, LoadActivity(), own=ME, on_changed=on_changed)
     if on_changed == "skip":
         assert [o.key for o in sel.files] == ["in/b.csv"] and sel.skipped_changed == ["in/a.csv"]
     else:
@@ -150,48 +150,48 @@ def test_the_changed_error_names_a_bounded_list() -> None:
     listing = [obj(f"in/{i:03d}.csv", etag="new") for i in range(KEYS_SHOWN + 5)]
     rows = [row(o.key, "loaded", etag="old") for o in listing]
     with pytest.raises(ChangedFilesError, match="and 5 more") as err:
-        select_files(listing, rows, LoadFacts(), own=ME)
+        select_files(listing, rows, LoadActivity(), own=ME)
     assert str(err.value).count("in/") == KEYS_SHOWN
 
 
 def test_a_retry_reads_what_its_earlier_try_held_and_nothing_new() -> None:
     listing = [obj("in/a.csv"), obj("in/b.csv"), obj("in/new.csv")]
     rows = [row("in/a.csv", "claimed", ME, block=7), row("in/b.csv", "claimed", ME, block=7)]
-    sel = select_files(listing, rows, LoadFacts(), own=ME, claim_timeout=T)
+    sel = select_files(listing, rows, LoadActivity(), own=ME, claim_timeout=T)
     assert sel.retry and [o.key for o in sel.files] == ["in/a.csv", "in/b.csv"] and sel.claim == []
 
 
 def test_a_retry_after_a_completed_load_has_nothing_to_do() -> None:
     rows = [row("in/a.csv", "loaded", ME), row("in/b.csv", "pending", ME)]  # b: staging gone, committed
-    sel = select_files([obj("in/a.csv"), obj("in/b.csv"), obj("in/c.csv")], rows, LoadFacts(), own=ME)
+    sel = select_files([obj("in/a.csv"), obj("in/b.csv"), obj("in/c.csv")], rows, LoadActivity(), own=ME)
     assert sel.retry and sel.files == [] and [r.key for r in sel.committed] == ["in/b.csv"]
 
 
 def test_a_retry_whose_file_is_gone_keeps_it_only_while_its_staging_table_may_hold_it() -> None:
     rows = [row("in/a.csv", "claimed", ME), row("in/gone.csv", "claimed", ME)]
-    staged = select_files([obj("in/a.csv")], rows, LoadFacts(staging=frozenset({ME})), own=ME, fmt="CSV")
+    staged = select_files([obj("in/a.csv")], rows, LoadActivity(staging=frozenset({ME})), own=ME, fmt="CSV")
     assert [o.key for o in staged.files] == ["in/a.csv", "in/gone.csv"] and staged.release == []
     assert staged.files[1].format == "CSV" and staged.finished_inserts == {}
-    fresh = select_files([obj("in/a.csv")], rows, LoadFacts(), own=ME)
+    fresh = select_files([obj("in/a.csv")], rows, LoadActivity(), own=ME)
     assert [o.key for o in fresh.files] == ["in/a.csv"] and [r.key for r in fresh.release] == ["in/gone.csv"]
 
 
 def test_pending_rows_with_a_staging_table_name_the_insert_that_finished() -> None:
     rows = [row("in/a.csv", "pending", ME)]
-    sel = select_files([obj("in/a.csv")], rows, LoadFacts(staging=frozenset({ME})), own=ME)
+    sel = select_files([obj("in/a.csv")], rows, LoadActivity(staging=frozenset({ME})), own=ME)
     assert sel.retry and sel.finished_inserts == {0: f"s3ch-{ME}-try1"}
 
 
 def test_stale_own_claims_are_claimed_afresh_or_released() -> None:
     rows = [row("in/a.csv", "claimed", ME, age=T), row("in/gone.csv", "claimed", ME, age=T)]
-    sel = select_files([obj("in/a.csv"), obj("in/b.csv")], rows, LoadFacts(), own=ME, claim_timeout=T)
+    sel = select_files([obj("in/a.csv"), obj("in/b.csv")], rows, LoadActivity(), own=ME, claim_timeout=T)
     assert not sel.retry and [o.key for o in sel.claim] == ["in/a.csv", "in/b.csv"]
     # every stale row is released first; the claim written after it is the newer version of a.csv's row
     assert sorted(r.key for r in sel.release) == ["in/a.csv", "in/gone.csv"]
 
 
 def test_a_key_listed_twice_is_taken_once() -> None:
-    sel = select_files([obj("in/a.csv"), obj("in/a.csv")], [], LoadFacts(), own=ME)
+    sel = select_files([obj("in/a.csv"), obj("in/a.csv")], [], LoadActivity(), own=ME)
     assert [o.key for o in sel.files] == ["in/a.csv"]
 
 
@@ -206,12 +206,12 @@ def test_the_earliest_live_claim_holds() -> None:
         row("in/c.csv", "claimed", ME, block=5), row("in/c.csv", "claimed", OTHER, block=2, age=T + 1),  # stale
         row("in/d.csv", "claimed", ME, block=5), row("in/d.csv", "loaded", OTHER, block=9),  # loaded meanwhile
     ]
-    kept, lost = confirm(files, rows, LoadFacts(), own=ME, claim_timeout=T)
+    kept, lost = confirm(files, rows, LoadActivity(), own=ME, claim_timeout=T)
     assert [o.key for o in kept] == ["in/b.csv", "in/c.csv"] and [o.key for o in lost] == ["in/a.csv", "in/d.csv"]
 
 
 def test_a_claim_that_is_not_there_holds_nothing() -> None:
-    kept, lost = confirm([obj("in/a.csv")], [row("in/a.csv", "released", ME)], LoadFacts(), own=ME)
+    kept, lost = confirm([obj("in/a.csv")], [row("in/a.csv", "released", ME)], LoadActivity(), own=ME)
     assert kept == [] and [o.key for o in lost] == ["in/a.csv"]
 
 
@@ -239,7 +239,7 @@ def test_no_two_loads_keep_the_same_file_whatever_the_interleaving(claims, data)
         for load, files in zip(loads, wanted, strict=True):
             horizon = len(loads) if full_view else data.draw(st.integers(block[load], len(loads)))
             seen = [r for r in rows if r.block <= horizon]
-            kept, _ = confirm([obj(f"in/{f}.csv") for f in files], seen, LoadFacts(), own=load)
+            kept, _ = confirm([obj(f"in/{f}.csv") for f in files], seen, LoadActivity(), own=load)
             for o in kept:
                 keepers.setdefault(o.key, []).append(load)
         assert all(len(v) == 1 for v in keepers.values()), keepers
@@ -264,11 +264,11 @@ def test_every_listed_file_gets_exactly_one_outcome(paths, states, on_changed) -
     rows = [row(keys[i % len(keys)], s, load, etag=etag, age=T + 1 if old else 1)
             for i, (s, load, etag, old, _) in enumerate(states)] if keys else []
     staged = frozenset(load for (_, load, _, _, st_) in states if st_)
-    sel = select_files(listing, rows, LoadFacts(staging=staged), own=ME, on_changed=on_changed, claim_timeout=T)
+    sel = select_files(listing, rows, LoadActivity(staging=staged), own=ME, on_changed=on_changed, claim_timeout=T)
     outcomes = [o.key for o in sel.files] + sel.skipped_loaded + sel.skipped_claimed + sel.skipped_changed
     assert sorted(outcomes) == keys
     done = {(r.key, r.etag) for r in rows
-            if row_status(r, LoadFacts(staging=staged), own=ME, claim_timeout=T) in ("loaded", "committed")}
+            if row_status(r, LoadActivity(staging=staged), own=ME, claim_timeout=T) in ("loaded", "committed")}
     assert not any((o.key, o.etag) in done for o in sel.files)  # nothing loaded twice
     assert set(sel.reloaded) <= {k for k, _ in done}
 
@@ -335,7 +335,7 @@ def test_state_rows_carry_the_claim_time_of_ledger_rows() -> None:
 def test_the_summary_counts_everything_and_shows_a_bounded_list() -> None:
     listing = [obj(f"in/{i:03d}.csv") for i in range(KEYS_SHOWN * 2)]
     rows = [row(o.key, "loaded") for o in listing[:KEYS_SHOWN + 3]]
-    sel = select_files(listing, rows, LoadFacts(), own=ME)
+    sel = select_files(listing, rows, LoadActivity(), own=ME)
     kept = sel.model_copy(update={"files": sel.files[:-1]})  # the last claim was lost to another load
     out = summary(TableRef(database="db", name=LEDGER_NAME), kept, load_id=ME, lost=[listing[-1]])
     assert out["new"] == KEYS_SHOWN - 4 and out["skipped_loaded"] == KEYS_SHOWN + 3 and out["skipped_claimed"] == 1
@@ -370,7 +370,7 @@ def test_chunks_hold_every_file_once_in_key_order_within_the_limits(sizes, max_f
 
 
 def test_a_first_try_numbers_its_chunks_from_one() -> None:
-    sel = select_files([obj(f"in/{n}.csv") for n in range(5)], [], LoadFacts(), own=ME)
+    sel = select_files([obj(f"in/{n}.csv") for n in range(5)], [], LoadActivity(), own=ME)
     sel = assign_chunks(sel, max_files=2, max_bytes=None)
     assert sel.chunks == 3 and [sel.chunk_of[f"in/{n}.csv"] for n in range(5)] == [1, 1, 2, 2, 3]
     chunks = chunks_of(sel)
@@ -392,7 +392,7 @@ def test_a_retry_resumes_at_the_first_chunk_not_committed() -> None:
     rows += [crow("in/07.csv", "pending", 7), crow("in/08.csv", "pending", 8)]
     rows += [crow("in/09.csv", "claimed", 9), crow("in/10.csv", "claimed", 10)]
     listing = [obj(f"in/{n:02d}.csv") for n in range(1, 12)]  # 11.csv arrived since: not this load's
-    sel = select_files(listing, rows, LoadFacts(staging=frozenset({unit_id(ME, 8)})), own=ME)
+    sel = select_files(listing, rows, LoadActivity(staging=frozenset({unit_id(ME, 8)})), own=ME)
     assert sel.retry and sel.chunks == 10
     assert [r.key for r in sel.committed] == ["in/07.csv"]
     assert [(c.number, [o.key for o in c.files]) for c in chunks_of(sel)] == [
@@ -401,10 +401,10 @@ def test_a_retry_resumes_at_the_first_chunk_not_committed() -> None:
 
 
 def test_a_load_is_busy_while_any_of_its_chunks_has_a_staging_table() -> None:
-    facts = LoadFacts(staging=frozenset({unit_id(OTHER, 2)}))
+    facts = LoadActivity(staging=frozenset({unit_id(OTHER, 2)}))
     late = crow("in/x.csv", "claimed", 9, OTHER, age=10 * T)  # a later chunk's claim, old: still live
     assert row_status(late, facts, own=ME, claim_timeout=T) == "live"
-    assert row_status(late, LoadFacts(), own=ME, claim_timeout=T) == "stale"
+    assert row_status(late, LoadActivity(), own=ME, claim_timeout=T) == "stale"
     assert row_status(crow("in/y.csv", "pending", 1, OTHER), facts, own=ME, claim_timeout=T) == "committed"
     assert row_status(crow("in/y.csv", "pending", 2, OTHER), facts, own=ME, claim_timeout=T) == "in_flight"
 
@@ -412,7 +412,7 @@ def test_a_load_is_busy_while_any_of_its_chunks_has_a_staging_table() -> None:
 def test_a_retry_claims_again_what_its_failed_try_gave_back_unless_another_load_holds_it() -> None:
     rows = [crow("in/a.csv", "loaded", 1), crow("in/b.csv", "released", 2), crow("in/c.csv", "released", 3),
             row("in/c.csv", "claimed", OTHER, block=9)]
-    sel = select_files([obj("in/a.csv"), obj("in/b.csv"), obj("in/c.csv")], rows, LoadFacts(), own=ME)
+    sel = select_files([obj("in/a.csv"), obj("in/b.csv"), obj("in/c.csv")], rows, LoadActivity(), own=ME)
     assert sel.retry and [o.key for o in sel.files] == ["in/b.csv"] and [o.key for o in sel.claim] == ["in/b.csv"]
     assert sel.chunk_of == {"in/b.csv": 2} and sel.release == []
 
@@ -436,14 +436,14 @@ def test_a_key_put_back_to_an_earlier_version_is_changed_not_loaded() -> None:
     old = row("in/a.csv", "loaded", OTHER, etag="e1").model_copy(update={"version": 1})
     new = row("in/a.csv", "loaded", THIRD, etag="e2").model_copy(update={"version": 2})
     with pytest.raises(ChangedFilesError, match="in/a.csv"):
-        select_files([obj("in/a.csv", etag="e1")], [old, new], LoadFacts(), own=ME)
-    sel = select_files([obj("in/a.csv", etag="e1")], [old, new], LoadFacts(), own=ME, on_changed="reload")
+        select_files([obj("in/a.csv", etag="e1")], [old, new], LoadActivity(), own=ME)
+    sel = select_files([obj("in/a.csv", etag="e1")], [old, new], LoadActivity(), own=ME, on_changed="reload")
     assert sel.reloaded == ["in/a.csv"] and sel.replaces == [new] and sel.superseded == [old]
     mine = row("in/a.csv", "claimed", ME, etag="e1", block=9)
-    kept, lost = confirm([obj("in/a.csv", etag="e1")], [old, new, mine], LoadFacts(), own=ME, claim_timeout=T)
+    kept, lost = confirm([obj("in/a.csv", etag="e1")], [old, new, mine], LoadActivity(), own=ME, claim_timeout=T)
     assert kept == [obj("in/a.csv", etag="e1")] and lost == []
     # the newest loaded version is the loaded one, whichever order the rows come in
-    assert select_files([obj("in/a.csv", etag="e2")], [new, old], LoadFacts(), own=ME).skipped_loaded == ["in/a.csv"]
+    assert select_files([obj("in/a.csv", etag="e2")], [new, old], LoadActivity(), own=ME).skipped_loaded == ["in/a.csv"]
 
 
 @given(st.lists(st.tuples(st.sampled_from(["e1", "e2", "e3"]), st.sampled_from(["loaded", "released", "claimed"])),
@@ -453,7 +453,7 @@ def test_the_newest_loaded_row_of_a_key_is_its_version_and_the_others_are_supers
 ) -> None:
     rows = [row("in/a.csv", state, f"l{i:03d}", etag=etag).model_copy(update={"version": i})
             for i, (etag, state) in enumerate(history)]
-    status = {id(r): row_status(r, LoadFacts(), own=ME, claim_timeout=T) for r in rows}
+    status = {id(r): row_status(r, LoadActivity(), own=ME, claim_timeout=T) for r in rows}
     current, superseded = loaded_versions(rows, status)
     loaded = [r for r in rows if r.state == "loaded"]
     assert list(current.values()) == loaded[-1:]

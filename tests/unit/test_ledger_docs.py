@@ -12,7 +12,7 @@ from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.ledger import ChangedFilesError, select_files
 from airflow_provider_s3ch.core.ledger_rebuild import EarlierRow, RebuildRefused, plan_rebuild
 from airflow_provider_s3ch.core.ledger_request import check_request
-from airflow_provider_s3ch.core.ledger_rows import LedgerRow, LoadFacts
+from airflow_provider_s3ch.core.ledger_rows import LedgerRow, LoadActivity
 from airflow_provider_s3ch.core.models import LoadRequest, S3Object
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "ledger.md"
@@ -70,7 +70,7 @@ def test_the_run_time_refusals_the_table_quotes_are_the_codes() -> None:
     cells = {(r[0], r[1]): r[3] for r in table()}
     with pytest.raises(ChangedFilesError) as changed:
         select_files([S3Object(key="in/a.csv", size=1, etag="e2")],
-                     [LedgerRow(key="in/a.csv", etag="e1", load_id="x", state="loaded")], LoadFacts(), own="me")
+                     [LedgerRow(key="in/a.csv", etag="e1", load_id="x", state="loaded")], LoadActivity(), own="me")
     assert messages(cells[("`append`", "`fail`")])[0].fullmatch(str(changed.value)), str(changed.value)
     with pytest.raises(RebuildRefused) as rebuild:
         plan_rebuild(["1"], [EarlierRow(bucket="b", key="k", etag="e", load_id="x", unit="x", state="loaded",
