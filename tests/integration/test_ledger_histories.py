@@ -108,3 +108,29 @@ def test_a_reload_keeps_a_late_file_of_another_month(
     assert rebuilt["202402"]["earlier_files"] == [f"{prefix}b.{ext}", f"{prefix}c.{ext}"]
     assert rebuilt["202401"]["new_files"] == [f"{prefix}a.{ext}"]
     assert staging_left(stack) == []
+
+
+def test_a_file_put_back_to_its_earlier_version_is_reloaded(stack: LocalStack, bucket: str) -> None:
+    """a v1 loads; a v2 is reloaded over it; the v1 bytes are put back: they are a changed file (the target holds
+    v2), reloaded, and the ledger holds one loaded row for a, of v1's ETag (found by the ledger's model)."""
+    tag = uuid.uuid4().hex[:8]
+    table, prefix = f"default.hist_{tag}", f"hist-{tag}/"
+    stack.clickhouse_client().execute(
+        f"CREATE TABLE {table} ({STRUCTURE}) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id")
+    s3 = stack.s3_client()
+    v1, v2 = body("CSV", 1, 30, 1), body("CSV", 2, 20, 2)
+
+    def run() -> dict:
+        return S3ToClickHouseOperator(
+            task_id="load", s3_uri=f"s3://{BUCKET}/{prefix}*.csv", table=table, format="CSV", structure=STRUCTURE,
+            skip_loaded=True, mode="replace_partitions", on_changed="reload").execute(fake_context())
+
+    for version in (v1, v2, v1):
+        etag = s3.put_object(Bucket=BUCKET, Key=f"{prefix}a.csv", Body=version)["ETag"].strip('"')
+        result = run()
+        assert result["written_rows"] == version.count(b"\n")
+        assert by_partition(stack, table) == files_now(stack, prefix, "CSV")
+    assert result["ledger"]["reloaded_keys"] == [f"{prefix}a.csv"]
+    loaded = stack.clickhouse_client().execute(
+        "SELECT etag FROM default._s3ch_ledger FINAL WHERE table = %(t)s AND state = 'loaded'", {"t": table})
+    assert loaded == [(etag,)]
