@@ -332,16 +332,29 @@ class LedgerRun:
         """Refuse a load that does not go through a staging table (its claims are released by :meth:`abandon`)."""
         check_steps(steps, strategy=plan.strategy)
 
-    def attach_to(self, resume: Resume, chunk: Chunk) -> str | None:
-        """The insert to attach to when the ledger knows it finished and the query log did not say so: the
-        chunk's ``pending`` rows while its staging table still holds them (a cleared task instance, or a log
-        that lost the entry). Loading afresh would drop the staging table after some partitions moved."""
+    def resume(self, resume: Resume, chunk: Chunk) -> Resume:
+        """What this try does about an earlier one, as the ledger knows it better than the query log:
+
+        - the earlier try gave its files up (its rows ``released``: a refusal, or a failure that left nothing
+          behind), so this try claimed them afresh: its insert is not attached to, even when the query log
+          says it finished (the staging table may be gone, or hold other files): the files load afresh;
+        - the chunk's ``pending`` rows name an insert whose staging table still holds the files and the query
+          log does not say so (a cleared task instance, or a log that lost the entry): it is attached to.
+          Loading afresh would drop the staging table after some partitions moved.
+        """
+        if resume.action == "attach" and not self.selection.retry:
+            resume = Resume(action="load", reason=(
+                f"earlier try {resume.query_ids[0]} finished an insert, but the ledger says that try gave its files "
+                "up (released): loading them afresh"))
+            self.log.info("Ledger: %s", resume.reason)
+            return resume
         finished = self.selection.finished_inserts.get(chunk.number)
         if resume.action == "load" and finished:
             self.log.info("Ledger: insert %s finished and its staging table still holds the files: finishing it",
                           finished)
-            return finished
-        return None
+            return Resume(action="attach", query_ids=[finished], reason=f"{resume.reason}; the ledger says insert "
+                          f"{finished} finished and its staging table holds the files: finishing it")
+        return resume
 
     def pending(self, metrics: LoadMetrics, chunk: Chunk, partitions: Sequence[str]) -> None:
         """Before the staging table's partitions move: the chunk's files are ``pending`` under the insert that

@@ -236,10 +236,12 @@ class LoadRun:
         # resume
         with self._phase("resume"):
             resume, mark = self._resume(query_id, first_try, fan_out, hook, steps)
+            if ledger is not None and chunk is not None:  # the ledger knows which earlier insert still counts
+                decided = ledger.resume(resume, chunk)
+                mark = mark if decided.action == resume.action else None
+                resume = decided
         attached_to = resume.query_ids[0] if resume.action == "attach" else None
         attempts: list[dict[str, Any]] = []
-        if ledger is not None and chunk is not None:  # an insert the ledger knows finished is not repeated
-            attached_to = ledger.attach_to(resume, chunk) or attached_to
         # prepare + insert
         with self._phase("insert"):
             if attached_to is None and self.options.defers:

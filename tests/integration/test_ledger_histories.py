@@ -7,6 +7,9 @@ The table is partitioned by month; each check compares it, partition by partitio
 from __future__ import annotations
 
 import io
+import multiprocessing
+import os
+import signal
 import uuid
 from datetime import datetime, timedelta
 
@@ -14,6 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from airflow_provider_s3ch.errors import S3chError
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from tests.integration.support import fake_context
@@ -134,3 +138,58 @@ def test_a_file_put_back_to_its_earlier_version_is_reloaded(stack: LocalStack, b
     loaded = stack.clickhouse_client().execute(
         "SELECT etag FROM default._s3ch_ledger FINAL WHERE table = %(t)s AND state = 'loaded'", {"t": table})
     assert loaded == [(etag,)]
+
+
+def _refused_then_killed(env: dict[str, str], kwargs: dict[str, object], run_id: str) -> None:
+    """In a forked worker: the load, SIGKILLed once its refusal released its files and dropped its tables, before
+    the refusal reached Airflow (Airflow then retries the task: a dead worker is not a refusal)."""
+    os.environ.update(env)
+    from airflow_provider_s3ch.load.rebuild import PartitionRebuild
+
+    refuse = PartitionRebuild.refuse
+
+    def refuse_then_die(self: PartitionRebuild, steps: object, error: Exception) -> None:
+        try:
+            refuse(self, steps, error)
+        finally:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    PartitionRebuild.refuse = refuse_then_die  # type: ignore[method-assign]
+    S3ToClickHouseOperator(task_id="load", **kwargs).execute(fake_context("load", 1, run_id))
+
+
+def test_a_refused_load_killed_before_it_failed_is_refused_again_by_its_retry(stack: LocalStack, bucket: str) -> None:
+    """f0 and f1 share a partition; f0 changes (skipped); a late f2 in that partition cannot be rebuilt without f0's
+    loaded version: refused. The worker dies after the refusal gave f2 up and dropped the staging table: its retry
+    must not take the earlier try's finished insert for a finished load (f2 recorded loaded, its rows nowhere), but
+    refuse again; once f0 is restored, f2 loads (found by the ledger's model)."""
+    tag = uuid.uuid4().hex[:8]
+    table, prefix = f"default.hist_{tag}", f"hist-{tag}/"
+    stack.clickhouse_client().execute(
+        f"CREATE TABLE {table} ({STRUCTURE}) ENGINE = MergeTree PARTITION BY toYYYYMM(ts) ORDER BY id")
+    s3 = stack.s3_client()
+    kwargs = {"s3_uri": f"s3://{BUCKET}/{prefix}*.csv", "table": table, "format": "CSV", "structure": STRUCTURE,
+              "skip_loaded": True, "mode": "replace_partitions", "on_changed": "skip"}
+    f0 = body("CSV", 1, 10, 1)
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}f0.csv", Body=f0)
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}f1.csv", Body=body("CSV", 1, 10, 2))
+    S3ToClickHouseOperator(task_id="load", **kwargs).execute(fake_context())
+    before = by_partition(stack, table)
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}f0.csv", Body=body("CSV", 1, 7, 3))  # changed: skipped
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}f2.csv", Body=body("CSV", 1, 5, 4))  # late, same month
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
+    worker = multiprocessing.get_context("forkserver").Process(target=_refused_then_killed, args=(env, kwargs, run_id))
+    worker.start()
+    worker.join(300)
+    assert worker.exitcode == -signal.SIGKILL
+    with pytest.raises(S3chError, match=rf"cannot be read again as they were loaded: {prefix}f0.csv \(changed"):
+        S3ToClickHouseOperator(task_id="load", **kwargs).execute(fake_context("load", 2, run_id))
+    assert by_partition(stack, table) == before and staging_left(stack) == []
+    states = dict(stack.clickhouse_client().execute(
+        "SELECT key, toString(state) FROM default._s3ch_ledger FINAL WHERE table = %(t)s AND key LIKE '%%f2.csv'",
+        {"t": table}))
+    assert states == {f"{prefix}f2.csv": "released"}
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}f0.csv", Body=f0)  # restored: f2 loads, its month rebuilt
+    S3ToClickHouseOperator(task_id="load", **kwargs).execute(fake_context())
+    assert by_partition(stack, table) == files_now(stack, prefix, "CSV")
