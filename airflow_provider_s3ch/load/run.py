@@ -39,6 +39,7 @@ from airflow_provider_s3ch.core.plan import peak_estimate
 from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, Resume, decide_resume, plan_steps
 from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile
+from airflow_provider_s3ch.core.setting_types import setting_int
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_insert
 from airflow_provider_s3ch.core.staging import RebuildSource, finalize_statements
@@ -505,7 +506,7 @@ class LoadRun:
         if not self.options.learn_from_history or "log_comment" in plan.settings.overrides:
             return plan
         facts = TagFacts(file_bytes=manifest.total_bytes, model_bytes=estimate.model_bytes,
-                         cap=int(plan.settings.values.get("max_memory_usage") or 0), step=step)
+                         cap=setting_int(plan.settings.values.get("max_memory_usage"), 0), step=step)
         values = {**plan.settings.values, "log_comment": history_tag(self._key, facts)}
         reasons = {**plan.settings.reasons, "log_comment": "tags the insert for later loads of this target and "
                    "files to learn from (learn_from_history, docs/tuning.md)"}

@@ -27,6 +27,7 @@ from airflow_provider_s3ch.core.schema import (
     unchecked,
 )
 from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
+from airflow_provider_s3ch.core.setting_types import check_settings
 from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, render_describe, render_describe_schema, scrub
 from airflow_provider_s3ch.core.tables import (
     Evolution,
@@ -107,11 +108,15 @@ def read_ahead(hook: ClickHouseHook, request: LoadRequest, spec: TableSpec | Non
 
 
 def read_profile(hook: ClickHouseHook, request: LoadRequest, spec: TableSpec | None) -> ServerProfile:
-    """The server's profile and the target's facts (the table the load would create, when it is missing)."""
+    """The server's profile and the target's facts (the table the load would create, when it is missing); the
+    user's settings checked against the types the server has for them, before any statement carries them."""
     target = request.table.model_copy(update={"database": request.table.database or hook.database})
     missing = None if spec is None else planned_table(
         target, spec, distributed=request.strategy == "distributed", cluster=request.cluster or hook.cluster)
-    return get_profile(hook, request.table, cluster=request.cluster, missing=missing, workload=request.workload)
+    profile = get_profile(hook, request.table, cluster=request.cluster, missing=missing, workload=request.workload,
+                          settings=sorted(request.settings))
+    check_settings(request.settings, profile.setting_types, server=f"ClickHouse {profile.version} at {hook.address}")
+    return profile
 
 
 def prepare_target(
