@@ -22,6 +22,7 @@ from airflow_provider_s3ch.core.schema import (
     check_schema,
     describe_settings,
     left_out,
+    read_settings,
     sample_file,
     schema_reads,
     unchecked,
@@ -189,7 +190,7 @@ def _describe_files(hook: ClickHouseHook, credentials: S3Credentials | None, req
                     ) -> list[Column]:
     """The files' columns as the server infers them over the whole glob, united
     (``schema_inference_mode='union'`` unless the settings say otherwise), or the structure's."""
-    settings = {"schema_inference_mode": "union", **request.settings}
+    settings = {"schema_inference_mode": "union", **read_settings(request.settings)}
     return describe(hook, render_describe(plan, credentials, url=plan.source_url,
                                           structure=plan.structure is not None, settings=settings))
 
@@ -235,7 +236,7 @@ def _sample_describe(plan: LoadPlan, credentials: S3Credentials | None, url: str
     A Parquet sample whose footer the listing read (``manifest.sample_schema``) is described from the footer's
     schema (``format()``: no read of S3, one latency and three requests fewer before the insert)."""
     structure = kind == "structure"
-    settings = request.settings if structure else describe_settings(plan.format, request.settings)
+    settings = read_settings(request.settings) if structure else describe_settings(plan.format, request.settings)
     sample = sample_file(plan, manifest) if manifest is not None and not structure else None
     schema = manifest.sample_schema if manifest is not None else None
     if sample is not None and schema is not None and sample[0] == f"s3://{manifest.bucket}/{schema[0]}":
