@@ -42,7 +42,7 @@ from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile
 from airflow_provider_s3ch.core.setting_types import setting_int
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_insert
-from airflow_provider_s3ch.core.staging import RebuildSource, finalize_statements
+from airflow_provider_s3ch.core.staging import RebuildSource, finalize_statements, mode_text
 from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import LoadError, S3chError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
@@ -469,7 +469,7 @@ class LoadRun:
                       f" (waited {metrics.admission_wait_ms} ms for admission, ran {metrics.run_ms} ms)"
                       if metrics.admission_wait_ms else "", metrics.rows_per_second,
                       fmt_bytes(metrics.memory_usage),
-                      f"{steps.mode} of partitions {', '.join(moved)}" if moved else steps.mode)
+                      mode_text(steps.mode, moved))
         self.log.info("Time: %d ms in all: %s", wall_ms, ", ".join(f"{name} {ms} ms" for name, ms in phases.items()))
         return report
 
