@@ -44,7 +44,7 @@ from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_insert
 from airflow_provider_s3ch.core.staging import RebuildSource, finalize_statements, mode_text
 from airflow_provider_s3ch.core.tables import TableSpec
-from airflow_provider_s3ch.errors import LoadError, S3chError
+from airflow_provider_s3ch.errors import LoadError, S3chError, cause_of, in_place_of
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.s3 import build_manifest
 from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
@@ -202,7 +202,7 @@ class LoadRun:
                 ledger.abandon()
             hinted = with_hint(exc, request.access)  # the keys stay on the server: say what it lacks
             if hinted is not None:
-                raise hinted from exc
+                raise in_place_of(hinted, exc) from cause_of(exc)  # the same error, said once
             raise
         finally:
             wait([early_read])  # the profile read ends before its client is closed

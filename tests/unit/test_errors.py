@@ -20,6 +20,36 @@ def test_core_errors_become_terminal_provider_errors(name: str) -> None:
     assert isinstance(err, AirflowFailException) and isinstance(err, getattr(core, name))
 
 
+def _raised_in_core(cause: BaseException | None = None) -> None:
+    raise core.InvalidRequestError("settings: max_threads='lots'") from cause
+
+
+def test_a_core_error_shows_once_in_a_traceback() -> None:
+    """Not the core's error and then the provider's of the same name and message: the provider's alone, with
+    the frames where the core raised it."""
+    import traceback
+
+    with pytest.raises(errors.InvalidRequestError) as info, errors.provider_errors():
+        _raised_in_core()
+    text = "".join(traceback.format_exception(info.value))
+    assert text.count("InvalidRequestError: settings") == 1, text
+    assert "core.errors.InvalidRequestError" not in text and "_raised_in_core" in text
+    assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+def test_a_core_errors_own_cause_is_kept() -> None:
+    import traceback
+
+    with pytest.raises(errors.InvalidRequestError) as info, errors.provider_errors():
+        try:
+            int("lots")
+        except ValueError as exc:
+            _raised_in_core(exc)
+    assert isinstance(info.value.__cause__, ValueError)
+    text = "".join(traceback.format_exception(info.value))
+    assert text.count("InvalidRequestError: settings") == 1 and "invalid literal" in text
+
+
 def test_every_provider_error_has_one_root_and_a_branch() -> None:
     leaves = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, errors.S3chError)]
     assert len(leaves) >= 14
