@@ -73,6 +73,11 @@ class BucketError(S3chTerminalError):
     """The bucket is missing or cannot be read with the connection's credentials."""
 
 
+class S3AccessDeniedError(BucketError, core.S3AccessDeniedError):
+    """S3 refused the ClickHouse server's read of the files (403, access denied): the message says which
+    credentials the server read with and what they lack."""
+
+
 class ClusterError(S3chTerminalError):
     """The cluster named for a distributed load is not in ``system.clusters``."""
 
@@ -111,6 +116,7 @@ _FROM_CORE: dict[type[core.CoreError], type[S3chTerminalError]] = {
     core.RegionMismatchError: RegionMismatchError,
     core.PlanError: PlanError,
     core.SchemaError: SchemaError,
+    core.S3AccessDeniedError: S3AccessDeniedError,
 }
 
 

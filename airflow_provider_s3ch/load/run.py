@@ -44,7 +44,14 @@ from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_insert
 from airflow_provider_s3ch.core.staging import RebuildSource, finalize_statements, mode_text
 from airflow_provider_s3ch.core.tables import TableSpec
-from airflow_provider_s3ch.errors import LoadError, S3chError, cause_of, in_place_of
+from airflow_provider_s3ch.errors import (
+    BucketError,
+    LoadError,
+    S3AccessDeniedError,
+    S3chError,
+    cause_of,
+    in_place_of,
+)
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.s3 import build_manifest
 from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
@@ -200,7 +207,8 @@ class LoadRun:
         except BaseException as exc:
             if ledger is not None:  # give the claims back when nothing of the load can still land
                 ledger.abandon()
-            hinted = with_hint(exc, request.access)  # the keys stay on the server: say what it lacks
+            # S3 refused the server's read: say what its credentials lack (not for the worker's own S3 calls)
+            hinted = None if _workers_refusal(exc) else with_hint(exc, request.access, request.bucket)
             if hinted is not None:
                 raise in_place_of(hinted, exc) from cause_of(exc)  # the same error, said once
             raise
@@ -374,7 +382,7 @@ class LoadRun:
                     raise LoadError(message)
                 error = hook.server_error(int(event.get("error_code") or 0), message)
                 self.inserter.abandon_if_idle(load.steps, load.query_id, load.insert_nodes)
-                raise with_hint(error, self.request.access) or error
+                raise with_hint(error, self.request.access, self.request.bucket) or error
             self.log.info("%s", message)
             self.phases.update(load.phases_ms)
             with self._phase("complete"):
@@ -512,6 +520,11 @@ class LoadRun:
                    "files to learn from (learn_from_history, docs/tuning.md)"}
         return plan.model_copy(update={"settings": plan.settings.model_copy(update={"values": values,
                                                                                     "reasons": reasons})})
+
+
+def _workers_refusal(exc: BaseException) -> bool:
+    """Whether S3 refused the worker's own call (the listing, a HeadObject): the AWS connection's business."""
+    return isinstance(exc, BucketError) and not isinstance(exc, S3AccessDeniedError)
 
 
 def _ms_since(started: float) -> Callable[[], int]:
