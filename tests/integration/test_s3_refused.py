@@ -152,3 +152,9 @@ def test_the_workers_refusal_gets_no_hint_about_the_servers_credentials(stack, l
     exc = _load(stack, locked, env_conn, target, "lister", key="d/1.csv", s3_credentials="server")
     assert type(exc) is BucketError and "give the aws connection s3:GetObject" in str(exc)
     assert "s3_credentials='server'" not in str(exc), str(exc)
+
+
+def test_the_insert_refused_is_terminal_and_leaves_no_staging_table(stack, locked, env_conn, target) -> None:
+    """Without the schema check's DESCRIBE, the insert itself is the server's first read."""
+    exc = _load(stack, locked, env_conn, target, "lister", schema_check="off")
+    _refused(exc, "AWS connection's keys (s3_credentials='forward'): they lack s3:GetObject")
