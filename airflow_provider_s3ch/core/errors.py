@@ -114,6 +114,15 @@ SERVER_ERRORS: dict[int, ServerErrorClass] = {
     457: ServerErrorClass("terminal", "a setting value is out of range or of the wrong type"),
     497: ServerErrorClass("terminal", "not enough privileges"),
     636: ServerErrorClass("terminal", "the format of the files cannot be told"),
+    # a setting's value that its type does not take (names of an enumeration the provider cannot judge)
+    19: ServerErrorClass("terminal", "a setting takes one character"),
+    145: ServerErrorClass("terminal", "a setting's value is not an overflow mode"),
+    212: ServerErrorClass("terminal", "a setting's value is not a load balancing mode"),
+    213: ServerErrorClass("terminal", "a setting's value is not a totals mode"),
+    283: ServerErrorClass("terminal", "a setting's value is not a distributed product mode"),
+    418: ServerErrorClass("terminal", "a setting's value is not a join kind or algorithm"),
+    467: ServerErrorClass("terminal", "a setting's value is not a boolean (0, 1, true, false)"),
+    557: ServerErrorClass("terminal", "a setting's value is not a union mode"),
     # workload scheduling (docs/many-loads.md)
     673: ServerErrorClass(
         "terminal",

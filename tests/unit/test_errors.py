@@ -67,7 +67,8 @@ def test_every_provider_error_has_one_root_and_a_branch() -> None:
     ("code", "kind"),
     [(62, "terminal"), (53, "terminal"), (47, "terminal"), (6, "terminal"), (27, "terminal"), (117, "terminal"),
      (102, "terminal"), (209, "transient"), (210, "transient"), (159, "transient"), (202, "transient"),
-     (394, "transient"), (516, "auth"), (60, "unknown_table"), (1000, "transient"), (None, "transient")],
+     (394, "transient"), (516, "auth"), (60, "unknown_table"), (1000, "transient"), (None, "transient"),
+     (212, "terminal"), (467, "terminal"), (418, "terminal"), (19, "terminal")],
 )
 def test_server_codes_are_classified(code: int | None, kind: str) -> None:
     assert classify_server_error(code).kind == kind
