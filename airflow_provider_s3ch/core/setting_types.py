@@ -13,11 +13,10 @@ the server): a value the check refuses, the server refuses too. A type the check
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
-
-SettingValue = int | float | str
+from airflow_provider_s3ch.core.models import SettingValue
 
 #: Prefix of user-defined settings (ClickHouse's ``custom_settings_prefixes`` convention): not in
 #: ``system.settings``, so not judged.
@@ -48,13 +47,21 @@ def _uint(text: str) -> bool:
     return _UINT_RE.fullmatch(text) is not None
 
 
-def _rule(type_name: str) -> tuple[str, object] | None:
+def _non_zero_uint(text: str) -> bool:
+    m = _UINT_RE.fullmatch(text)
+    return m is not None and int(m.group(1)) > 0
+
+
+def _threads(text: str) -> bool:
+    return _PLAIN_UINT_RE.fullmatch(text) is not None or text == "auto" or _AUTO_N_RE.fullmatch(text) is not None
+
+
+def _rule(type_name: str) -> tuple[str, Callable[[str], bool]] | None:
     """What ``type_name`` takes (for the message) and a predicate over the value's text; None: not judged."""
     if type_name == "NonZeroUInt64":
-        return f"{_UINT}, not 0", lambda t: _uint(t) and int(_UINT_RE.fullmatch(t).group(1)) > 0  # type: ignore[union-attr]
+        return f"{_UINT}, not 0", _non_zero_uint
     if type_name == "MaxThreads":
-        return ("a whole number of threads >= 0, 'auto' (0 means it too: the server's cores) or 'auto(N)'",
-                lambda t: _PLAIN_UINT_RE.fullmatch(t) is not None or t == "auto" or _AUTO_N_RE.fullmatch(t) is not None)
+        return "a whole number of threads >= 0, 'auto' (0 means it too: the server's cores) or 'auto(N)'", _threads
     if type_name == "UInt64Auto":
         return f"{_UINT}, or 'auto'", lambda t: _uint(t) or t == "auto"
     if re.fullmatch(r"UInt\d+", type_name) or type_name == "Milliseconds":
@@ -99,7 +106,7 @@ def setting_problem(name: str, value: SettingValue, type_name: str) -> str | Non
     if rule is None:
         return None
     what, takes = rule
-    if takes(setting_text(value)):  # type: ignore[operator]
+    if takes(setting_text(value)):
         return None
     sent = f" (sent as {setting_text(value)!r})" if isinstance(value, float) else ""
     return f"{name}={value!r}{sent} is not a value of its type on the server, {type_name}: it takes {what}"
