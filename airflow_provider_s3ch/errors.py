@@ -73,6 +73,11 @@ class BucketError(S3chTerminalError):
     """The bucket is missing or cannot be read with the connection's credentials."""
 
 
+class S3AccessDeniedError(BucketError, core.S3AccessDeniedError):
+    """S3 refused the ClickHouse server's read of the files (403, access denied): the message says which
+    credentials the server read with and what they lack."""
+
+
 class ClusterError(S3chTerminalError):
     """The cluster named for a distributed load is not in ``system.clusters``."""
 
@@ -111,6 +116,7 @@ _FROM_CORE: dict[type[core.CoreError], type[S3chTerminalError]] = {
     core.RegionMismatchError: RegionMismatchError,
     core.PlanError: PlanError,
     core.SchemaError: SchemaError,
+    core.S3AccessDeniedError: S3AccessDeniedError,
 }
 
 
@@ -124,6 +130,19 @@ def from_core(exc: core.CoreError) -> S3chError:
     return S3chTerminalError(*exc.args)
 
 
+def in_place_of(new: BaseException, old: BaseException) -> BaseException:
+    """``new``, raised in place of ``old`` (the same error in the provider's class, or with more said): with
+    ``old``'s traceback and ``old``'s own cause, so that a traceback shows the error once, where it was raised.
+    Raise it ``from`` :func:`cause_of` ``(old)``.
+    """
+    return new.with_traceback(old.__traceback__)
+
+
+def cause_of(exc: BaseException) -> BaseException | None:
+    """What ``exc`` was raised from (None: nothing, and then nothing is shown before it either)."""
+    return exc.__cause__
+
+
 @contextlib.contextmanager
 def provider_errors() -> Iterator[None]:
     """Re-raise the core's exceptions, and a connection Airflow does not know, as the provider's errors."""
@@ -132,7 +151,8 @@ def provider_errors() -> Iterator[None]:
     except S3chError:
         raise
     except core.CoreError as exc:
-        raise from_core(exc) from exc
+        # The same error in the provider's class: shown once (with what it was raised from, if anything).
+        raise in_place_of(from_core(exc), exc) from cause_of(exc)
     except AirflowNotFoundException as exc:
         raise InvalidRequestError(
             f"{exc}; define the connection (Airflow's UI, an AIRFLOW_CONN_<ID> variable or a secrets backend) or "

@@ -22,7 +22,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from airflow_provider_s3ch.core.errors import InvalidRequestError
+from airflow_provider_s3ch.core.errors import InvalidRequestError, S3AccessDeniedError
 
 S3CredentialsMode = Literal["forward", "server", "named_collection"]
 
@@ -84,20 +84,29 @@ class S3Access(BaseModel):
         return ("the AWS connection's keys, frozen on the worker, in each statement (s3_credentials='forward'; "
                 "ClickHouse masks them in system.query_log)")
 
-    def hint(self) -> str:
-        """What to check when the server's read of the bucket is refused."""
+    def hint(self, bucket: str | None = None) -> str:
+        """What to fix when S3 refuses the server's read of the bucket, by the credentials it read with.
+
+        :param bucket: the bucket, named in the hint.
+        """
+        it = f"bucket {bucket}" if bucket else "the bucket"
+        arn = f"arn:aws:s3:::{bucket}" if bucket else "the bucket"
         if self.mode == "named_collection":
-            return (f"the server read the bucket through named collection {self.named_collection} "
-                    "(s3_credentials='named_collection'): check that it exists on the server, that the user has "
-                    f"GRANT NAMED COLLECTION ON {self.named_collection}, and that its keys may read the bucket")
+            return (f"the server read {it} through named collection {self.named_collection} "
+                    "(s3_credentials='named_collection'): fix the collection's keys so that they may read it "
+                    f"(s3:GetObject, s3:ListBucket on {arn}), and check that the collection exists on the server "
+                    f"and that the user has GRANT NAMED COLLECTION ON {self.named_collection}")
         if self.mode == "server":
             if self.role_arn:
-                return (f"the server read the bucket as IAM role {self.role_arn} (s3_credentials='server'): check "
-                        "that the role trusts the ClickHouse Cloud service and may s3:GetObject and s3:ListBucket")
-            return ("the server read the bucket with its own credentials (s3_credentials='server'): it has none "
-                    "that may read it; give the server a role or keys (use_environment_credentials, an <s3> "
-                    "endpoint config), use s3_credentials='named_collection', or 'forward' to send the worker's keys")
-        return "the server read the bucket with the AWS connection's keys (s3_credentials='forward')"
+                return (f"the server read {it} as IAM role {self.role_arn} (s3_credentials='server'): let the "
+                        "ClickHouse service assume the role (the role's trust policy) and give the role "
+                        f"s3:GetObject and s3:ListBucket on {arn}")
+            return (f"the server read {it} with its own credentials (s3_credentials='server'): it has none that "
+                    f"may read it; give the ClickHouse server's own role or keys read access (s3:GetObject, "
+                    f"s3:ListBucket on {arn}; use_environment_credentials, an <s3> endpoint config), or use "
+                    "s3_credentials='named_collection', or 'forward' to send the worker's keys")
+        return (f"the server read {it} with the AWS connection's keys (s3_credentials='forward'): they lack "
+                f"s3:GetObject (and s3:ListBucket, for a glob) on {arn}; grant them, or fix the connection's keys")
 
 
 #: What the server's message says when it could not read the bucket with the credentials it had.
@@ -105,13 +114,25 @@ _REFUSED = re.compile(r"HTTP response code: 40[13]|access ?denied|NAMED COLLECTI
                       r"SignatureDoesNotMatch|AssumeRole|error 499|No response body", re.IGNORECASE)
 
 
-def with_hint(exc: BaseException, access: S3Access) -> BaseException | None:
-    """``exc`` again with :meth:`S3Access.hint` appended, when the server's read of the bucket failed in a way
-    a refusal does (S3 answers a refused read with 403, often with no body) and the keys stay on the server;
-    None otherwise (the error stands as it is)."""
-    if access.sends_keys or not isinstance(exc, Exception) or not _REFUSED.search(str(exc)):
+def with_hint(exc: BaseException, access: S3Access, bucket: str | None = None) -> BaseException | None:
+    """``exc`` again with :meth:`S3Access.hint` appended: when S3 refused the server's read
+    (:class:`~airflow_provider_s3ch.core.errors.S3AccessDeniedError`, in every mode), or, where the keys stay on
+    the server, when it failed in a way a refusal may (S3 answers a refused read with 403, sometimes with no
+    body, which the server's message does not tell from other failures); None otherwise (the error stands).
+
+    :param exc: the load's error.
+    :param access: how the server read the bucket.
+    :param bucket: the bucket, named in the hint.
+    """
+    if not isinstance(exc, Exception):
         return None
+    if isinstance(exc, S3AccessDeniedError):
+        text = f"{exc}; {access.hint(bucket)}"
+    elif access.sends_keys or not _REFUSED.search(str(exc)):
+        return None
+    else:
+        text = f"{exc}; if S3 refused the read: {access.hint(bucket)}"
     try:
-        return type(exc)(f"{exc}; if S3 refused the read: {access.hint()}")
+        return type(exc)(text)
     except TypeError:
         return None

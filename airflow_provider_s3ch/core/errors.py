@@ -9,6 +9,7 @@ Every class here is terminal: retrying the same inputs gives the same answer.
 
 from __future__ import annotations
 
+import re
 from typing import Literal, NamedTuple
 
 from airflow_provider_s3ch.core.rows_out import quotes_data, without_rows
@@ -50,9 +51,14 @@ class SchemaError(CoreError):
     """The files' columns do not match the target's (missing, extra or incompatible columns)."""
 
 
+class S3AccessDeniedError(CoreError):
+    """S3 refused the server's read of the files (403, access denied): the credentials it read with may not
+    read the bucket; a retry is refused the same way."""
+
+
 # ---------------------------------------------------------------------- server error codes
 
-Kind = Literal["auth", "unknown_table", "terminal", "transient"]
+Kind = Literal["auth", "unknown_table", "s3_refused", "terminal", "transient"]
 
 
 class ServerErrorClass(NamedTuple):
@@ -108,6 +114,15 @@ SERVER_ERRORS: dict[int, ServerErrorClass] = {
     457: ServerErrorClass("terminal", "a setting value is out of range or of the wrong type"),
     497: ServerErrorClass("terminal", "not enough privileges"),
     636: ServerErrorClass("terminal", "the format of the files cannot be told"),
+    # a setting's value that its type does not take (names of an enumeration the provider cannot judge)
+    19: ServerErrorClass("terminal", "a setting takes one character"),
+    145: ServerErrorClass("terminal", "a setting's value is not an overflow mode"),
+    212: ServerErrorClass("terminal", "a setting's value is not a load balancing mode"),
+    213: ServerErrorClass("terminal", "a setting's value is not a totals mode"),
+    283: ServerErrorClass("terminal", "a setting's value is not a distributed product mode"),
+    418: ServerErrorClass("terminal", "a setting's value is not a join kind or algorithm"),
+    467: ServerErrorClass("terminal", "a setting's value is not a boolean (0, 1, true, false)"),
+    557: ServerErrorClass("terminal", "a setting's value is not a union mode"),
     # workload scheduling (docs/many-loads.md)
     673: ServerErrorClass(
         "terminal",
@@ -164,13 +179,47 @@ def is_query_memory_limit(code: int | None, message: str = "") -> bool:
     return code == MEMORY_LIMIT_EXCEEDED and any(m in message for m in _QUERY_MEMORY_MARKERS)
 
 
+#: ``S3_ERROR`` (499): every failure of the server's S3 requests. Most are transient (throttling, 5xx, an object
+#: that changed); one that says S3 refused the credentials is not (:func:`is_s3_refusal`).
+S3_ERROR = 499
+#: What the server's message says when S3 refused its request: the HTTP status it quotes, or S3's error code.
+#: ``Failed to get object info: No response body.. HTTP response code: 403``, ``Access Denied: while reading key``,
+#: ``Could not list objects in bucket 'b' with prefix 'p', S3 exception: `AccessDenied` ``.
+_S3_REFUSED = re.compile(
+    r"HTTP response code: 40[13]\b|\bAccessDenied\b|\bAccess Denied\b|\bForbidden\b|\bInvalidAccessKeyId\b|"
+    r"\bSignatureDoesNotMatch\b|\bAllAccessDisabled\b|\bAccountProblem\b|\bInvalidClientTokenId\b",
+    re.IGNORECASE,
+)
+#: What keeps an S3 error transient even beside a refusal's words: throttling, S3's own failures, and expired
+#: temporary credentials (a retry takes fresh ones from the connection).
+_S3_TRANSIENT = re.compile(
+    r"HTTP response code: (?:5\d\d|429)\b|\bSlowDown\b|Throttl|\bServiceUnavailable\b|\bInternalError\b|"
+    r"\bExpiredToken\b|\bTokenRefreshRequired\b|\bRequestTimeTooSkewed\b",
+    re.IGNORECASE,
+)
+
+
+def is_s3_refusal(code: int | None, message: str) -> bool:
+    """Whether a server error is S3 refusing the server's request (403 / access denied, unknown keys, a bad
+    signature), not throttling or a failure of S3's own (those a retry may pass).
+
+    :param code: the server's error code (``S3_ERROR``, 499).
+    :param message: the server's message.
+    """
+    return code == S3_ERROR and bool(_S3_REFUSED.search(message)) and not _S3_TRANSIENT.search(message)
+
+
 def classify_server_error(code: int | None, message: str = "") -> ServerErrorClass:
     """How to treat a ClickHouse error with this code and message.
 
     :param code: the server's error code, None for an error without one.
-    :param message: the server's message (tells the two memory limits apart).
-    :return: the kind (auth, unknown_table, terminal, transient) and a hint for the message.
+    :param message: the server's message (tells the two memory limits apart, and S3's refusal from its
+        other failures).
+    :return: the kind (auth, unknown_table, s3_refused, terminal, transient) and a hint for the message.
     """
+    if is_s3_refusal(code, message):
+        return ServerErrorClass(
+            "s3_refused", "S3 refused the server's read: access denied; a retry is refused the same way")
     if is_query_memory_limit(code, message):
         return ServerErrorClass(
             "terminal", "the load hit its own memory limit (max_memory_usage): raise memory_cap or lower the threads"

@@ -48,7 +48,7 @@ column names are not checked without a ``structure``: their columns are matched 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -141,16 +141,40 @@ def schema_reads(policy: SchemaPolicy, fmt: str, structure: str | None) -> Schem
     return SchemaReads(file=named, structure=structure is not None)
 
 
-def describe_settings(fmt: str, settings: dict[str, SettingValue]) -> dict[str, SettingValue]:
-    """The settings of the check's ``DESCRIBE`` of the sample file: the load's, and for a format whose header
-    names the columns, at most :data:`HEADER_SAMPLE_ROWS` rows read (unless the load's settings say).
+#: The user's settings that a ``DESCRIBE`` of files takes: those that say how the files are read and their
+#: columns inferred (formats, schema inference, the S3 reads, dates and times in text, archives, Hive
+#: partitions). The rest (threads, memory, the insert's blocks, deduplication, ...) apply to the insert only.
+READ_SETTING_PREFIXES = ("input_format_", "schema_inference_", "format_", "s3_", "date_time_", "cast_")
+READ_SETTINGS = frozenset({
+    "column_names_for_schema_inference", "use_hive_partitioning", "allow_archive_path_syntax", "session_timezone",
+    "enable_url_encoding", "engine_file_skip_empty_files", "engine_url_skip_empty_files",
+    "allow_experimental_object_type", "allow_experimental_json_type", "enable_json_type",
+    "allow_experimental_dynamic_type", "allow_experimental_variant_type", "allow_suspicious_low_cardinality_types",
+})
+
+
+def read_settings(settings: Mapping[str, SettingValue]) -> dict[str, SettingValue]:
+    """The user's settings that apply to reading the files and inferring their columns (a ``DESCRIBE``); not
+    those of the insert (:data:`READ_SETTING_PREFIXES`, :data:`READ_SETTINGS`).
+
+    :param settings: the load's settings.
+    """
+    return {name: value for name, value in settings.items()
+            if name in READ_SETTINGS or name.startswith(READ_SETTING_PREFIXES)}
+
+
+def describe_settings(fmt: str, settings: Mapping[str, SettingValue]) -> dict[str, SettingValue]:
+    """The settings of the check's ``DESCRIBE`` of the sample file: the load's that apply to reading the files
+    (:func:`read_settings`), and for a format whose header names the columns, at most :data:`HEADER_SAMPLE_ROWS`
+    rows read (unless the load's settings say).
 
     :param fmt: the format.
     :param settings: the load's settings.
     """
+    reading = read_settings(settings)
     if not fmt.lower().endswith(("withnames", "withnamesandtypes")):
-        return dict(settings)
-    return {"input_format_max_rows_to_read_for_schema_inference": HEADER_SAMPLE_ROWS, **settings}
+        return reading
+    return {"input_format_max_rows_to_read_for_schema_inference": HEADER_SAMPLE_ROWS, **reading}
 
 
 def sample_file(plan: LoadPlan, manifest: Manifest) -> tuple[str, str] | None:

@@ -81,6 +81,9 @@ CORES_PROBES = (
 #: deployment lacks one of the tables, or gives no value).
 BASICS_SQL = f"SELECT ({CORES_PROBES[0][0]}), ({MEMORY_PROBES[0][0]}), version()"
 
+#: The server's type of each of the user's settings (by name or alias): what their values are checked against.
+SETTING_TYPES_SQL = "SELECT name, type FROM system.settings WHERE name IN %(names)s"
+
 #: The target as :func:`table_info` takes it, plus its database's engine and its dependent views.
 TABLE_INFO_SQL = (
     "SELECT t.engine, t.partition_key, t.sorting_key, t.engine_full, d.engine, "

@@ -94,6 +94,9 @@ class ServerProfile(BaseModel):
     workload: str | None = None
     #: Each node's workload scheduling (the connection's node first when it is not in the cluster).
     workload_nodes: list[NodeWorkloads] = Field(default_factory=list)
+    #: The server's type (``system.settings``) of each of the load's settings it has; None when not read (no
+    #: settings, or a server that does not show them).
+    setting_types: dict[str, str] | None = None
 
     @property
     def node_count(self) -> int:

@@ -205,9 +205,39 @@ def _batches(partitions: Sequence[tuple[str, str]], drop: Sequence[str] = ()
     return out
 
 
+#: The partition of a table without a partition key, as ``system.parts`` names it.
+UNPARTITIONED = "tuple()"
+
+
+def partitions_text(values: Sequence[str]) -> str:
+    """The partitions a log line names: ``partitions 200807, 200808``; ``no partition key`` for the one
+    partition of an unpartitioned table (``tuple()`` in ``system.parts``); ``""`` for none.
+
+    :param values: the partitions' values as ``system.parts`` shows them.
+    """
+    if list(values) == [UNPARTITIONED]:
+        return "no partition key"
+    return f"partition{'s' if len(values) != 1 else ''} {', '.join(values)}" if values else ""
+
+
+def mode_text(mode: str, values: Sequence[str]) -> str:
+    """What the load's last log line says it did: ``append of partitions 200807, 200808``, ``append (no
+    partition key)``, or the mode alone when no partition moved.
+
+    :param mode: the load's mode.
+    :param values: the partitions it brought into the target.
+    """
+    named = partitions_text(values)
+    if named == "no partition key":
+        return f"{mode} ({named})"
+    return f"{mode} of {named}" if named else mode
+
+
 def _moved(verb: str, values: Sequence[str], dropped: Sequence[str] = ()) -> str:
     """The log line of one partition ``ALTER``."""
-    line = f"{verb} partition{'s' if len(values) != 1 else ''} {', '.join(values)}" if values else ""
+    named = partitions_text(values)
+    line = (f"{verb} the table's rows (no partition key)" if named == "no partition key" else f"{verb} {named}"
+            ) if values else ""
     gone = f"dropped partition id{'s' if len(dropped) != 1 else ''} {', '.join(dropped)}: no file holds their rows now"
     return "; ".join(part for part in (line, gone if dropped else "") if part)
 

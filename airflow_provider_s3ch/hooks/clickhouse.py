@@ -33,6 +33,7 @@ from airflow_provider_s3ch.errors import (
     InvalidRequestError,
     LoadError,
     QueryMemoryLimitError,
+    S3AccessDeniedError,
     S3chError,
     TableError,
 )
@@ -259,6 +260,8 @@ class ClickHouseHook(ConnectionForm, DbApiHook):
             )
         if kind == "unknown_table":
             return TableError(f"ClickHouse: {text}")
+        if kind == "s3_refused":  # the load names the credentials the server read with (core.access.with_hint)
+            return S3AccessDeniedError(message)
         if kind == "terminal" and is_query_memory_limit(code, raw):
             return QueryMemoryLimitError(f"{message}; retrying with the same plan would fail the same way")
         if kind == "terminal":

@@ -19,6 +19,7 @@ from airflow_provider_s3ch.core.server import (
     BASICS_SQL,
     CORES_PROBES,
     MEMORY_PROBES,
+    SETTING_TYPES_SQL,
     TABLE_INFO_SQL,
     parse_int_setting,
     table_info,
@@ -55,9 +56,10 @@ TABLE_ALREADY_EXISTS = 57
 # ---------------------------------------------------------------------- the profile
 def get_profile(
     hook: ClickHouseHook, table: TableRef, cluster: str | None = None, *, missing: TableInfo | None = None,
-    workload: str | None = None,
+    workload: str | None = None, settings: Sequence[str] = (),
 ) -> ServerProfile:
-    """What the planner needs: version, cores, memory, cluster nodes, the target table. Every probe
+    """What the planner needs: version, cores, memory, cluster nodes, the target table, the types of the load's
+    settings. Every probe
     has a fallback (deployments differ): a missing system table never fails the load.
 
     :param table: the target table (its database defaults to the connection's).
@@ -66,6 +68,7 @@ def get_profile(
         without it a missing target is a :class:`TableError`.
     :param workload: the load's workload (None: the connection's extra; ``""``: none): the nodes'
         workloads and resources are read only when there is one.
+    :param settings: the names of the load's settings: their types are read (``system.settings``).
     """
     cluster = cluster or hook.cluster
     nodes = cluster_nodes(hook, cluster) if cluster else []
@@ -92,7 +95,22 @@ def get_profile(
         table=missing if missing is not None and table_comment(hook, table) is None else table_facts(hook, table),
         workload=hook.workload,
         workload_nodes=workloads,
+        setting_types=setting_types(hook, settings) if settings else None,
     )
+
+
+def setting_types(hook: ClickHouseHook, names: Sequence[str]) -> dict[str, str] | None:
+    """The server's type of each setting in ``names`` it has (``system.settings``); None when the server does not
+    show them (a missing grant): the values are then not judged before the load."""
+    try:
+        rows = hook.client().execute(SETTING_TYPES_SQL, {"names": tuple(names)})
+    except ch_errors.ServerException as exc:
+        if classify_server_error(exc.code).kind == "auth":
+            raise hook.translate_error(exc) from exc
+        return None
+    except Exception as exc:
+        raise hook.translate_error(exc) from exc
+    return {str(name): str(type_name) for name, type_name in rows}
 
 
 def workload_nodes(hook: ClickHouseHook, nodes: Sequence[ClusterNode] = ()) -> list[NodeWorkloads]:

@@ -39,11 +39,19 @@ from airflow_provider_s3ch.core.plan import peak_estimate
 from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, Resume, decide_resume, plan_steps
 from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile
+from airflow_provider_s3ch.core.setting_types import setting_int
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_insert
-from airflow_provider_s3ch.core.staging import finalize_statements
+from airflow_provider_s3ch.core.staging import finalize_statements, mode_text
 from airflow_provider_s3ch.core.tables import TableSpec
-from airflow_provider_s3ch.errors import LoadError, S3chError
+from airflow_provider_s3ch.errors import (
+    BucketError,
+    LoadError,
+    S3AccessDeniedError,
+    S3chError,
+    cause_of,
+    in_place_of,
+)
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.s3 import build_manifest
 from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
@@ -199,9 +207,10 @@ class LoadRun:
         except BaseException as exc:
             if ledger is not None:  # give the claims back when nothing of the load can still land
                 ledger.abandon()
-            hinted = with_hint(exc, request.access)  # the keys stay on the server: say what it lacks
+            # S3 refused the server's read: say what its credentials lack (not for the worker's own S3 calls)
+            hinted = None if _workers_refusal(exc) else with_hint(exc, request.access, request.bucket)
             if hinted is not None:
-                raise hinted from exc
+                raise in_place_of(hinted, exc) from cause_of(exc)  # the same error, said once
             raise
         finally:
             wait([early_read])  # the profile read ends before its client is closed
@@ -375,7 +384,7 @@ class LoadRun:
                     raise LoadError(message)
                 error = hook.server_error(int(event.get("error_code") or 0), message)
                 self.inserter.abandon_if_idle(load.steps, load.query_id, load.insert_nodes)
-                raise with_hint(error, self.request.access) or error
+                raise with_hint(error, self.request.access, self.request.bucket) or error
             self.log.info("%s", message)
             self.phases.update(load.phases_ms)
             with self._phase("complete"):
@@ -470,7 +479,7 @@ class LoadRun:
                       f" (waited {metrics.admission_wait_ms} ms for admission, ran {metrics.run_ms} ms)"
                       if metrics.admission_wait_ms else "", metrics.rows_per_second,
                       fmt_bytes(metrics.memory_usage),
-                      f"{steps.mode} of partitions {', '.join(moved)}" if moved else steps.mode)
+                      mode_text(steps.mode, moved))
         self.log.info("Time: %d ms in all: %s", wall_ms, ", ".join(f"{name} {ms} ms" for name, ms in phases.items()))
         return report
 
@@ -507,12 +516,17 @@ class LoadRun:
         if not self.options.learn_from_history or "log_comment" in plan.settings.overrides:
             return plan
         facts = TagFacts(file_bytes=manifest.total_bytes, model_bytes=estimate.model_bytes,
-                         cap=int(plan.settings.values.get("max_memory_usage") or 0), step=step)
+                         cap=setting_int(plan.settings.values.get("max_memory_usage"), 0), step=step)
         values = {**plan.settings.values, "log_comment": history_tag(self._key, facts)}
         reasons = {**plan.settings.reasons, "log_comment": "tags the insert for later loads of this target and "
                    "files to learn from (learn_from_history, docs/tuning.md)"}
         return plan.model_copy(update={"settings": plan.settings.model_copy(update={"values": values,
                                                                                     "reasons": reasons})})
+
+
+def _workers_refusal(exc: BaseException) -> bool:
+    """Whether S3 refused the worker's own call (the listing, a HeadObject): the AWS connection's business."""
+    return isinstance(exc, BucketError) and not isinstance(exc, S3AccessDeniedError)
 
 
 def _ms_since(started: float) -> Callable[[], int]:

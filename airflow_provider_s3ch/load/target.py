@@ -22,11 +22,13 @@ from airflow_provider_s3ch.core.schema import (
     check_schema,
     describe_settings,
     left_out,
+    read_settings,
     sample_file,
     schema_reads,
     unchecked,
 )
 from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
+from airflow_provider_s3ch.core.setting_types import check_settings
 from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, render_describe, render_describe_schema, scrub
 from airflow_provider_s3ch.core.tables import (
     Evolution,
@@ -107,11 +109,15 @@ def read_ahead(hook: ClickHouseHook, request: LoadRequest, spec: TableSpec | Non
 
 
 def read_profile(hook: ClickHouseHook, request: LoadRequest, spec: TableSpec | None) -> ServerProfile:
-    """The server's profile and the target's facts (the table the load would create, when it is missing)."""
+    """The server's profile and the target's facts (the table the load would create, when it is missing); the
+    user's settings checked against the types the server has for them, before any statement carries them."""
     target = request.table.model_copy(update={"database": request.table.database or hook.database})
     missing = None if spec is None else planned_table(
         target, spec, distributed=request.strategy == "distributed", cluster=request.cluster or hook.cluster)
-    return get_profile(hook, request.table, cluster=request.cluster, missing=missing, workload=request.workload)
+    profile = get_profile(hook, request.table, cluster=request.cluster, missing=missing, workload=request.workload,
+                          settings=sorted(request.settings))
+    check_settings(request.settings, profile.setting_types, server=f"ClickHouse {profile.version} at {hook.address}")
+    return profile
 
 
 def prepare_target(
@@ -184,7 +190,7 @@ def _describe_files(hook: ClickHouseHook, credentials: S3Credentials | None, req
                     ) -> list[Column]:
     """The files' columns as the server infers them over the whole glob, united
     (``schema_inference_mode='union'`` unless the settings say otherwise), or the structure's."""
-    settings = {"schema_inference_mode": "union", **request.settings}
+    settings = {"schema_inference_mode": "union", **read_settings(request.settings)}
     return describe(hook, render_describe(plan, credentials, url=plan.source_url,
                                           structure=plan.structure is not None, settings=settings))
 
@@ -230,7 +236,7 @@ def _sample_describe(plan: LoadPlan, credentials: S3Credentials | None, url: str
     A Parquet sample whose footer the listing read (``manifest.sample_schema``) is described from the footer's
     schema (``format()``: no read of S3, one latency and three requests fewer before the insert)."""
     structure = kind == "structure"
-    settings = request.settings if structure else describe_settings(plan.format, request.settings)
+    settings = read_settings(request.settings) if structure else describe_settings(plan.format, request.settings)
     sample = sample_file(plan, manifest) if manifest is not None and not structure else None
     schema = manifest.sample_schema if manifest is not None else None
     if sample is not None and schema is not None and sample[0] == f"s3://{manifest.bucket}/{schema[0]}":

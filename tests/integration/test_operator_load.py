@@ -209,3 +209,23 @@ def test_the_figures_are_flushed_from_the_query_log_alone_or_from_every_log_wher
     else:
         assert flushes == [("ExceptionBeforeStart", "SYSTEM FLUSH LOGS no_such_log"),
                            ("QueryFinish", "SYSTEM FLUSH LOGS")]
+
+
+def test_an_unpartitioned_tables_load_says_no_partition_key(
+    stack: LocalStack, posts: SampleDataset, caplog: pytest.LogCaptureFixture, capsys
+) -> None:
+    """Not the server's name of its one partition: 'append of partitions tuple()'."""
+    table = f"default.unpartitioned_{uuid.uuid4().hex[:8]}"
+    client = stack.clickhouse_client()
+    client.execute(f"CREATE TABLE {table} ENGINE = MergeTree ORDER BY tuple() EMPTY AS SELECT * FROM "
+                   f"s3('{stack.s3_endpoint}/{posts.bucket}/{posts.keys[0]}', '{stack.s3_access_key}', "
+                   f"'{stack.s3_secret_key}', 'Parquet')")
+    op = S3ToClickHouseOperator(task_id="load", s3_uri=f"s3://{posts.bucket}/{posts.keys[0]}", table=table)
+    with caplog.at_level("INFO"):
+        result = op.execute(fake_context())
+    out = capsys.readouterr()
+    logged = caplog.text + out.out + out.err
+    assert result["written_rows"] == count(stack, table) > 0
+    assert "append (no partition key)" in logged and "Moved the table's rows (no partition key)" in logged
+    assert "tuple()" not in logged.replace("ORDER BY tuple()", "")
+    client.execute(f"DROP TABLE {table}")

@@ -206,3 +206,23 @@ def test_a_sample_the_server_cannot_describe_is_reported_and_the_load_decides(st
     check = _schema_check(result)
     assert check["status"] == "warn" and "could not describe" in check["message"]
     assert _rows(stack, table) == KEPT
+
+
+def test_the_describe_takes_the_settings_of_reading_the_files_not_those_of_the_insert(stack: LocalStack) -> None:
+    """The insert's settings (threads, memory, blocks) are not the DESCRIBE's: only how the files are read and
+    their columns inferred go with it."""
+    key = f"schema/read_settings_{uuid.uuid4().hex[:8]}.csv"
+    stack.s3_client().put_object(Bucket=SAMPLE_BUCKET, Key=key, Body=b"id,name\n2,two\n")
+    table = _table(stack)
+    result = _load(table, f"s3://{SAMPLE_BUCKET}/{key}", settings={
+        "max_insert_threads": 1, "max_memory_usage": "2Gi", "input_format_csv_trim_whitespaces": 0})
+    assert _schema_check(result)["status"] == "ok"
+    client = stack.clickhouse_client()
+    client.execute("SYSTEM FLUSH LOGS")
+    described = client.execute(
+        "SELECT Settings['max_insert_threads'], Settings['max_memory_usage'], "
+        "Settings['input_format_csv_trim_whitespaces'] FROM system.query_log "
+        "WHERE query_kind = 'Describe' AND type = 'QueryFinish' AND query LIKE %(k)s", {"k": f"%{key}%"})
+    assert described, "the schema check's DESCRIBE is in system.query_log"
+    assert all(row == ("", "", "0") for row in described), described
+    assert _rows(stack, table) == [*KEPT, (2, "two")]

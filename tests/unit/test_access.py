@@ -70,5 +70,20 @@ def test_a_refused_read_names_the_option_and_what_the_server_lacks() -> None:
     assert with_hint(refused, S3Access()) is None  # forward: the error stands as it is
     hinted = with_hint(refused, S3Access(mode="named_collection", named_collection="nc"))
     assert isinstance(hinted, LoadError) and "GRANT NAMED COLLECTION ON nc" in str(hinted)
-    assert "trusts the ClickHouse Cloud service" in str(with_hint(refused, S3Access(mode="server", role_arn=ARN)))
+    assert "assume the role" in str(with_hint(refused, S3Access(mode="server", role_arn=ARN)))
     assert with_hint(LoadError("Cannot parse input"), S3Access(mode="server")) is None
+
+
+@pytest.mark.parametrize(("access", "says"), [
+    (S3Access(), "AWS connection's keys (s3_credentials='forward'): they lack s3:GetObject"),
+    (S3Access(mode="server"), "give the ClickHouse server's own role or keys read access"),
+    (S3Access(mode="server", role_arn=ARN), "let the ClickHouse service assume the role"),
+    (S3Access(mode="named_collection", named_collection="nc"), "fix the collection's keys"),
+])
+def test_a_refusal_says_what_to_fix_for_the_credentials_in_use_and_names_the_bucket(access, says) -> None:
+    from airflow_provider_s3ch.errors import S3AccessDeniedError
+
+    refused = S3AccessDeniedError("ClickHouse error 499 (S3 refused the server's read: access denied): Access Denied")
+    hinted = with_hint(refused, access, "events-raw")
+    assert isinstance(hinted, S3AccessDeniedError) and says in str(hinted)
+    assert "bucket events-raw" in str(hinted) and "arn:aws:s3:::events-raw" in str(hinted)

@@ -361,3 +361,17 @@ def test_finalize_overwrite_marks_before_the_swap_and_never_the_old_table() -> N
                                 staging_partitions=[], target_partitions=PARTS, mark=mark)
     assert [s.sql for s in after.steps][:1] == ["ALTER TABLE `db`.`posts` MODIFY COMMENT 'posts by month'"]
     assert after.partitions == ["200807", "200808"]
+
+
+def test_an_unpartitioned_tables_load_says_no_partition_key_not_tuple() -> None:
+    from airflow_provider_s3ch.core.staging import mode_text, partitions_text
+
+    assert mode_text("append", ["tuple()"]) == "append (no partition key)"
+    assert mode_text("append", ["200807", "200808"]) == "append of partitions 200807, 200808"
+    assert mode_text("overwrite", ["2008"]) == "overwrite of partition 2008"
+    assert mode_text("append", []) == "append"
+    assert partitions_text(["tuple()"]) == "no partition key"
+    moved = finalize_statements(_steps("append"), staging_comment="", target_comment="",
+                                staging_partitions=[("all", "tuple()")])
+    assert moved.steps[0].note == "Moved the table's rows (no partition key)", moved.steps[0].note
+    assert moved.partitions == ["tuple()"]  # the XCom keeps the server's own name

@@ -315,3 +315,17 @@ def test_wide_schemas_compare_in_linear_time_and_messages_stay_short() -> None:
     with pytest.raises(SchemaError) as info:
         check_schema(other, file=FILE, table="db.t", fmt="Parquet", policy="strict", structure_columns=wide[:3])
     assert len(str(info.value)) < 2_000
+
+
+def test_the_describe_takes_only_the_settings_of_reading_the_files() -> None:
+    from airflow_provider_s3ch.core.schema import HEADER_SAMPLE_ROWS, describe_settings, read_settings
+
+    settings = {"max_insert_threads": 2, "max_memory_usage": "8Gi", "max_threads": 4, "insert_deduplicate": 1,
+                "min_insert_block_size_bytes": 1 << 26, "input_format_null_as_default": 0,
+                "schema_inference_make_columns_nullable": 0, "format_csv_delimiter": ";",
+                "s3_max_connections": 8, "date_time_input_format": "best_effort", "use_hive_partitioning": 1}
+    reading = {k: v for k, v in settings.items() if not k.startswith(("max_", "insert_", "min_"))}
+    assert read_settings(settings) == reading
+    assert describe_settings("Parquet", settings) == reading
+    assert describe_settings("CSVWithNames", settings) == {
+        "input_format_max_rows_to_read_for_schema_inference": HEADER_SAMPLE_ROWS, **reading}

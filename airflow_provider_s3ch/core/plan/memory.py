@@ -47,6 +47,7 @@ from airflow_provider_s3ch.core.plan.settings import (
     MIN_BLOCK_BYTES,
     data_estimate,
 )
+from airflow_provider_s3ch.core.setting_types import setting_int
 from airflow_provider_s3ch.core.sizes import MiB, fmt_bytes
 
 #: What a load holds whatever its data: the query's pipeline, buffers, the S3 client.
@@ -116,12 +117,7 @@ class PeakEstimate(BaseModel):
 
 
 def _int(value: SettingValue | None, default: int) -> int:
-    if isinstance(value, bool) or value is None:
-        return default
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        return default
+    number = setting_int(value, default)
     return number if number > 0 else default
 
 

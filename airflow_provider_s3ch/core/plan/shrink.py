@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from airflow_provider_s3ch.core.models import InsertSettings, SettingValue
 from airflow_provider_s3ch.core.plan.settings import MIN_BLOCK_BYTES
+from airflow_provider_s3ch.core.setting_types import setting_int
 from airflow_provider_s3ch.core.sizes import MiB, fmt_bytes
 
 StepName = Literal["halve", "one_thread", "smallest"]
@@ -122,10 +123,10 @@ def smaller(first: InsertSettings, name: StepName, *, cores: int, user: Mapping[
             values[setting] = ceiling
             reasons[setting] = f"{ceiling} (was {old}): {why}"
 
-    threads = int(values.get("max_insert_threads", cores) or cores)
+    threads = setting_int(values.get("max_insert_threads"), cores) or cores
     lower("max_insert_threads", max(1, threads // s.thread_divisor))
     lower("max_threads", max(1, threads // s.thread_divisor), default=cores)
-    block = int(values.get("min_insert_block_size_bytes", 0) or 0)
+    block = setting_int(values.get("min_insert_block_size_bytes"), 0)
     if block:
         target = max(MIN_BLOCK_BYTES, block // s.block_divisor)
         if "min_insert_block_size_bytes" not in user and target < block:
