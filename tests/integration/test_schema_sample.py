@@ -59,7 +59,9 @@ def test_a_header_names_the_columns_whatever_rows_are_read(stack: LocalStack, da
 
 
 def test_other_formats_read_the_servers_default_rows() -> None:
-    assert describe_settings("JSONEachRow", {"x": 1}) == {"x": 1}
+    assert describe_settings("JSONEachRow", {"input_format_json_try_infer_numbers_from_strings": 1}) == {
+        "input_format_json_try_infer_numbers_from_strings": 1}
+    assert describe_settings("JSONEachRow", {"max_insert_threads": 4}) == {}  # the insert's: not the DESCRIBE's
     assert describe_settings("Parquet", {}) == {}
     assert describe_settings("CSVWithNames", {"input_format_max_rows_to_read_for_schema_inference": 5}) == {
         "input_format_max_rows_to_read_for_schema_inference": 5}
