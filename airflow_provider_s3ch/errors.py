@@ -131,16 +131,10 @@ def from_core(exc: core.CoreError) -> S3chError:
 
 
 def in_place_of(new: BaseException, old: BaseException) -> BaseException:
-    """``new``, raised in place of ``old`` (the same error in the provider's class, or with more said): with
-    ``old``'s traceback and ``old``'s own cause, so that a traceback shows the error once, where it was raised.
-    Raise it ``from`` :func:`cause_of` ``(old)``.
-    """
+    """``new``, to raise in place of ``old`` (the same error in the provider's class, or with more said): with
+    ``old``'s traceback and cause, and ``old`` itself left out, so that a traceback shows the error once."""
+    new.__cause__, new.__suppress_context__ = old.__cause__, True
     return new.with_traceback(old.__traceback__)
-
-
-def cause_of(exc: BaseException) -> BaseException | None:
-    """What ``exc`` was raised from (None: nothing, and then nothing is shown before it either)."""
-    return exc.__cause__
 
 
 @contextlib.contextmanager
@@ -152,7 +146,7 @@ def provider_errors() -> Iterator[None]:
         raise
     except core.CoreError as exc:
         # The same error in the provider's class: shown once (with what it was raised from, if anything).
-        raise in_place_of(from_core(exc), exc) from cause_of(exc)
+        raise in_place_of(from_core(exc), exc)  # noqa: B904 - its cause is exc's own
     except AirflowNotFoundException as exc:
         raise InvalidRequestError(
             f"{exc}; define the connection (Airflow's UI, an AIRFLOW_CONN_<ID> variable or a secrets backend) or "

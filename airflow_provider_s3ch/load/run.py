@@ -49,7 +49,6 @@ from airflow_provider_s3ch.errors import (
     LoadError,
     S3AccessDeniedError,
     S3chError,
-    cause_of,
     in_place_of,
 )
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
@@ -210,7 +209,7 @@ class LoadRun:
             # S3 refused the server's read: say what its credentials lack (not for the worker's own S3 calls)
             hinted = None if _workers_refusal(exc) else with_hint(exc, request.access, request.bucket)
             if hinted is not None:
-                raise in_place_of(hinted, exc) from cause_of(exc)  # the same error, said once
+                raise in_place_of(hinted, exc)  # noqa: B904 - the same error, said once, with exc's own cause
             raise
         finally:
             wait([early_read])  # the profile read ends before its client is closed
