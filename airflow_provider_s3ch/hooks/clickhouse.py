@@ -241,23 +241,19 @@ class ClickHouseHook(ConnectionForm, DbApiHook):
 
     def translate_error(self, exc: Exception) -> S3chError:
         """Map a clickhouse-driver error to the provider's errors, by the code table in the core."""
-        code = getattr(exc, "code", None)
+        code, conn = getattr(exc, "code", None), self.clickhouse_conn_id
         raw = str(getattr(exc, "message", None) or exc)
         text = server_text(raw)
         if isinstance(exc, ch_errors.Error) and quotes_data(raw):  # the driver's error, chained to ours, too
             exc.message, exc.args = text, (text,)
         if isinstance(exc, ch_errors.NetworkError | ch_errors.SocketTimeoutError | OSError | EOFError):
-            return ClickHouseUnavailableError(
-                f"ClickHouse at {self.address} did not answer ({text}); check host and port of connection "
-                f"{self.clickhouse_conn_id!r} and that the server runs"
-            )
+            return ClickHouseUnavailableError(f"ClickHouse at {self.address} did not answer ({text}); check host "
+                                              f"and port of connection {conn!r} and that the server runs")
         kind, hint = classify_server_error(code, raw)  # the server's own words: the memory limits' markers
         message = f"ClickHouse error {code} ({hint}): {text}" if code else f"ClickHouse error: {text}"
         if kind == "auth":
-            return ClickHouseAuthError(
-                f"ClickHouse at {self.address} refused user {self.login!r}: wrong user or "
-                f"password; fix the login and password of connection {self.clickhouse_conn_id!r}"
-            )
+            return ClickHouseAuthError(f"ClickHouse at {self.address} refused user {self.login!r}: wrong user or "
+                                       f"password; fix the login and password of connection {conn!r}")
         if kind == "unknown_table":
             return TableError(f"ClickHouse: {text}")
         if kind == "s3_refused":  # the load names the credentials the server read with (core.access.with_hint)
