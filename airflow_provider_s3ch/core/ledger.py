@@ -65,6 +65,7 @@ from airflow_provider_s3ch.core.ledger_rows import (
     version_of,
 )
 from airflow_provider_s3ch.core.models import Manifest, S3Object, TableRef
+from airflow_provider_s3ch.core.recovery import Resume
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 
 #: How long a claim stays live without a query or a staging table of its load (seconds).
@@ -287,6 +288,31 @@ def _retry(
     )
 
 
+def resume_with_ledger(resume: Resume, sel: Selection, chunk: int) -> Resume:
+    """What a ledger load's try does about an earlier one, as the ledger knows it better than the query log:
+
+    - the earlier try gave its files up (its rows ``released``: a refusal, or a failure that left nothing
+      behind), so this try claimed them afresh (not a retry): its insert is not attached to, even when the
+      query log says it finished (the staging table may be gone, or hold other files): the files load afresh;
+    - the chunk's ``pending`` rows name an insert whose staging table still holds the files and the query log
+      does not say so (a cleared task instance, or a log that lost the entry): it is attached to. Loading
+      afresh would drop the staging table after some partitions moved.
+
+    :param resume: what the query log says (:func:`~airflow_provider_s3ch.core.recovery.decide_resume`).
+    :param sel: the load's selection.
+    :param chunk: the chunk's number.
+    """
+    if resume.action == "attach" and not sel.retry:
+        return Resume(action="load", reason=(
+            f"earlier try {resume.query_ids[0]} finished an insert, but the ledger says that try gave its files up "
+            "(released): loading them afresh"))
+    finished = sel.finished_inserts.get(chunk)
+    if resume.action == "load" and finished:
+        return Resume(action="attach", query_ids=[finished], reason=f"{resume.reason}; the ledger says insert "
+                      f"{finished} finished and its staging table holds the files: finishing it")
+    return resume
+
+
 def split_chunks(files: Sequence[S3Object], *, max_files: int | None, max_bytes: int | None) -> list[list[S3Object]]:
     """Consecutive chunks of ``files`` in key order: at most ``max_files`` files and ``max_bytes`` bytes each
     (a file larger than ``max_bytes`` is a chunk alone). One chunk when neither limit is given.
@@ -499,3 +525,10 @@ def summary(
         "claim_timeout": claim_timeout,
         "chunks": selection.chunks,
     }
+
+
+def summary_line(s: Mapping[str, object]) -> str:
+    """The log's line of a :func:`summary`: the counts of every outcome."""
+    return (f"{s['new']} new, {s['reloaded']} reloaded; skipped {s['skipped_loaded']} loaded, {s['skipped_claimed']} "
+            f"held by another load, {s['skipped_changed']} changed; {s['recovered']} recovered"
+            + (" (a retry: the files its earlier try held)" if s["retry"] else ""))

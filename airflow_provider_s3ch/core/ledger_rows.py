@@ -4,13 +4,15 @@ of the loads the rows name. Pure: no I/O. The protocol is :mod:`airflow_provider
 
 from __future__ import annotations
 
+from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.models import S3Object
-from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, STEM_HEX_DIGITS
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, STEM_HEX_DIGITS, QueryId
 
 #: The chunk of a load that is not split (chunked loads number their chunks from 1).
 WHOLE_FILE = 0
@@ -104,6 +106,20 @@ class LoadActivity(BaseModel):
     def busy(self, load_id: str) -> bool:
         """Whether a load runs a query or has a staging table, of any chunk."""
         return load_id in self.running or any(u.startswith(load_id) for u in self.staging)
+
+
+def activity(staging_tables: Iterable[str], running: Iterable[str], loads: Collection[str]) -> LoadActivity:
+    """The server's facts about ``loads``, from the staging tables' names and the running queries' ids it listed
+    (other loads' and other queries' left out)."""
+    units = {name[len(STAGING_PREFIX):] for name in staging_tables}
+    busy = set()
+    for text in running:
+        try:
+            busy.add(load_of(QueryId.parse(text).stem))
+        except InvalidRequestError:  # another query id with the same prefix
+            continue
+    return LoadActivity(staging=frozenset(u for u in units if load_of(u) in loads),
+                        running=frozenset(busy & set(loads)))
 
 
 def row_status(row: LedgerRow, facts: LoadActivity, *, own: str, claim_timeout: float) -> Status:

@@ -14,7 +14,6 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
 from airflow_provider_s3ch.core.ledger import (
     DEFAULT_CLAIM_TIMEOUT,
@@ -25,12 +24,14 @@ from airflow_provider_s3ch.core.ledger import (
     confirm,
     key_list_pattern,
     narrow_manifest,
+    resume_with_ledger,
     select_files,
     summary,
+    summary_line,
 )
 from airflow_provider_s3ch.core.ledger_rebuild import EarlierRow
 from airflow_provider_s3ch.core.ledger_request import check_steps, ledger_ref, target_name
-from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, LoadActivity, State, load_of, unit_id
+from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, LoadActivity, State, activity, unit_id
 from airflow_provider_s3ch.core.ledger_sql import (
     PARTITIONS_COLUMN,
     READ_FIELDS,
@@ -46,10 +47,10 @@ from airflow_provider_s3ch.core.ledger_sql import (
     state_rows,
 )
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, LoadRequest, Manifest, S3Object
-from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, LoadSteps, QueryId, Resume
+from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Resume
 from airflow_provider_s3ch.errors import PlanError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.load.report import LoadReport, NothingNew
+from airflow_provider_s3ch.load.report import LoadReport, NothingNew, nothing_new_report
 
 #: The external table of keys a ledger read sends with its query.
 FILES_TABLE = "_s3ch_files"
@@ -132,12 +133,8 @@ class LedgerRun:
     # ------------------------------------------------------------------ reads
     def read(self, keys: Iterable[str]) -> list[LedgerRow]:
         """The latest version of the target's rows for ``keys`` in the bucket, and of this load's rows."""
-        data = self.hook.execute(
-            render_read(self.ledger, FILES_TABLE, partitions=self.has_partitions),
-            {"t": self.target, "b": self.bucket, "own": self.own},
-            external_tables=[{"name": FILES_TABLE, "structure": [("key", "String")],
-                              "data": [{"key": k} for k in dict.fromkeys(keys)]}],
-        )
+        data = self.hook.execute(render_read(self.ledger, FILES_TABLE, partitions=self.has_partitions),
+                                 {"t": self.target, "b": self.bucket, "own": self.own}, external_tables=_keys(keys))
         return [LedgerRow.model_validate(dict(zip(READ_FIELDS, row, strict=True))) for row in data]
 
     def earlier(self, partitions: Sequence[str]) -> tuple[list[EarlierRow], frozenset[str], int]:
@@ -147,9 +144,7 @@ class LedgerRun:
         :mod:`~airflow_provider_s3ch.load.rebuild`)."""
         data = self.hook.execute(  # with this load's keys: a reloaded file's old versions, wherever they wrote
             render_read_partitions(self.ledger, FILES_TABLE), {"t": self.target, "p": list(partitions)},
-            external_tables=[{"name": FILES_TABLE, "structure": [("key", "String")],
-                              "data": [{"key": k} for k in dict.fromkeys(o.key for o in self.files)]}],
-        )
+            external_tables=_keys(o.key for o in self.files))
         rows = [EarlierRow.model_validate({**dict(zip(REBUILD_FIELDS, r, strict=True)), "unit": unit_id(r[4], r[3])})
                 for r in data]
         own = [r for r in rows if r.load_id == self.own]
@@ -173,15 +168,8 @@ class LedgerRun:
         ids = sorted({r.load_id for r in rows if r.state in ("claimed", "pending")} | {self.own})
         sql, params = render_staging_tables()
         staged = self.hook.execute(sql, {**params, "d": self.database, "ids": tuple(ids)})
-        loads = set()
-        for (text,) in self.hook.execute(render_running_loads()):
-            try:
-                loads.add(load_of(QueryId.parse(str(text)).stem))
-            except InvalidRequestError:  # another query id with the same prefix
-                continue
-        units = {str(n)[len(STAGING_PREFIX):] for (n,) in staged}
-        return LoadActivity(staging=frozenset(u for u in units if load_of(u) in ids),
-                            running=frozenset(loads & set(ids)))
+        running = self.hook.execute(render_running_loads())
+        return activity((str(n) for (n,) in staged), (str(q) for (q,) in running), ids)
 
     # ------------------------------------------------------------------ writes
     def write(self, files: Sequence[S3Object | LedgerRow], state: State, *, query_id: str,
@@ -203,13 +191,10 @@ class LedgerRun:
 
     def _write_rows(self, rows: Sequence[LedgerRow], state: State) -> None:
         """Write ``state`` over ledger rows of any load (each keeps its load, chunk, query id and claim time)."""
-        if rows:
-            self.hook.execute(
-                render_write(self.ledger, with_claimed_at=True),
-                [line for row in rows for line in state_rows(
-                    self.target, self.bucket, [row], load_id=row.load_id, query_id=row.query_id, state=state)],
-                settings=WRITE_SETTINGS,
-            )
+        lines = [line for r in rows for line in state_rows(self.target, self.bucket, [r], load_id=r.load_id,
+                                                            query_id=r.query_id, state=state)]
+        if lines:
+            self.hook.execute(render_write(self.ledger, with_claimed_at=True), lines, settings=WRITE_SETTINGS)
 
     def _record_replaced(self, rows: Sequence[LedgerRow]) -> None:
         """Loaded versions a reload replaced: their rows left the target with it, so they are ``released``."""
@@ -333,28 +318,12 @@ class LedgerRun:
         check_steps(steps, strategy=plan.strategy)
 
     def resume(self, resume: Resume, chunk: Chunk) -> Resume:
-        """What this try does about an earlier one, as the ledger knows it better than the query log:
-
-        - the earlier try gave its files up (its rows ``released``: a refusal, or a failure that left nothing
-          behind), so this try claimed them afresh: its insert is not attached to, even when the query log
-          says it finished (the staging table may be gone, or hold other files): the files load afresh;
-        - the chunk's ``pending`` rows name an insert whose staging table still holds the files and the query
-          log does not say so (a cleared task instance, or a log that lost the entry): it is attached to.
-          Loading afresh would drop the staging table after some partitions moved.
-        """
-        if resume.action == "attach" and not self.selection.retry:
-            resume = Resume(action="load", reason=(
-                f"earlier try {resume.query_ids[0]} finished an insert, but the ledger says that try gave its files "
-                "up (released): loading them afresh"))
-            self.log.info("Ledger: %s", resume.reason)
-            return resume
-        finished = self.selection.finished_inserts.get(chunk.number)
-        if resume.action == "load" and finished:
-            self.log.info("Ledger: insert %s finished and its staging table still holds the files: finishing it",
-                          finished)
-            return Resume(action="attach", query_ids=[finished], reason=f"{resume.reason}; the ledger says insert "
-                          f"{finished} finished and its staging table holds the files: finishing it")
-        return resume
+        """What this try does about an earlier one, the ledger's word over the query log's
+        (:func:`~airflow_provider_s3ch.core.ledger.resume_with_ledger`)."""
+        decided = resume_with_ledger(resume, self.selection, chunk.number)
+        if decided != resume:
+            self.log.info("Ledger: %s", decided.reason)
+        return decided
 
     def pending(self, metrics: LoadMetrics, chunk: Chunk, partitions: Sequence[str]) -> None:
         """Before the staging table's partitions move: the chunk's files are ``pending`` under the insert that
@@ -417,21 +386,15 @@ class LedgerRun:
 
     def nothing_new(self, wall_ms: int) -> LoadReport:
         """The report of a run without a new file: zero rows; the skip signal under ``skip_when_empty``."""
-        result: dict[str, Any] = {
-            "query_id": None, "table": self.target, "dry_run": self.request.dry_run, "files": 0, "bytes": 0,
-            "written_rows": 0, "written_bytes": 0, "read_rows": 0, "read_bytes": 0, "duration_ms": 0,
-            "wall_ms": wall_ms, "mode": self.request.mode, "attached_to": None, "partitions": [], "warnings": [],
-            "ledger": self.summary(),
-        }
         if self.request.skip_when_empty and not self.request.dry_run:
             raise NothingNew(f"no new file for {self.target} (skip_when_empty=True)")
         self.log.info("No new file for %s: nothing to load", self.target)
-        return LoadReport(**result)
+        return nothing_new_report(self.target, self.request.mode, wall_ms, self.summary(), dry_run=self.request.dry_run)
 
     def _log(self) -> None:
-        s = self.summary()
-        self.log.info(
-            "Ledger %s: %d new, %d reloaded; skipped %d loaded, %d held by another load, %d changed; %d recovered%s",
-            self.ledger, s["new"], s["reloaded"], s["skipped_loaded"], s["skipped_claimed"], s["skipped_changed"],
-            s["recovered"], " (a retry: the files its earlier try held)" if s["retry"] else "",
-        )
+        self.log.info("Ledger %s: %s", self.ledger, summary_line(self.summary()))
+
+
+def _keys(keys: Iterable[str]) -> list[dict[str, Any]]:
+    """The external table of keys a ledger read sends with its query (:data:`FILES_TABLE`)."""
+    return [{"name": FILES_TABLE, "structure": [("key", "String")], "data": [{"key": k} for k in dict.fromkeys(keys)]}]

@@ -178,6 +178,13 @@ def dry_run_report(query_id: str, sql: str, plan: LoadPlan, steps: LoadSteps, ta
                       **({"ledger": ledger} if ledger is not None else {}))
 
 
+def nothing_new_report(table: str, mode: str, wall_ms: int, ledger: dict[str, Any], *, dry_run: bool) -> LoadReport:
+    """A ledger run without a new file: zero rows, and the ledger's entry (what it skipped, and why)."""
+    return LoadReport(query_id=None, table=table, dry_run=dry_run, files=0, bytes=0, written_rows=0, written_bytes=0,
+                      read_rows=0, read_bytes=0, duration_ms=0, wall_ms=wall_ms, mode=mode, attached_to=None,
+                      partitions=[], warnings=[], ledger=ledger)
+
+
 class DeferLoad(Exception):
     """The signal out of the insert (or the wait for earlier tries): hand the rest to Airflow's triggerer.
 

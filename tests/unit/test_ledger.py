@@ -13,21 +13,33 @@ from airflow_provider_s3ch.core.glob import expand_keys, key_url, object_url, sp
 from airflow_provider_s3ch.core.ledger import (
     KEYS_SHOWN,
     ChangedFilesError,
+    Selection,
     assign_chunks,
     chunks_of,
     confirm,
     key_list_pattern,
     loaded_versions,
     narrow_manifest,
+    resume_with_ledger,
     select_files,
     split_chunks,
     summary,
 )
 from airflow_provider_s3ch.core.ledger_request import LEDGER_NAME, check_request, check_steps, ledger_ref
-from airflow_provider_s3ch.core.ledger_rows import LedgerRow, LoadActivity, row_status, staging_name, unit_id
+from airflow_provider_s3ch.core.ledger_rows import (
+    WHOLE_FILE as WHOLE,
+)
+from airflow_provider_s3ch.core.ledger_rows import (
+    LedgerRow,
+    LoadActivity,
+    activity,
+    row_status,
+    staging_name,
+    unit_id,
+)
 from airflow_provider_s3ch.core.ledger_sql import ledger_engine_problem, render_create_ledger, render_read, state_rows
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object, TableRef
-from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, plan_steps
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, Resume, plan_steps
 from airflow_provider_s3ch.core.server_models import TableInfo
 
 ME, OTHER, THIRD = "aaaa", "bbbb", "cccc"
@@ -461,3 +473,21 @@ def test_the_newest_loaded_row_of_a_key_is_its_version_and_the_others_are_supers
     loaded = [r for r in rows if r.state == "loaded"]
     assert list(current.values()) == loaded[-1:]
     assert superseded == loaded[:-1]
+
+
+def test_the_ledger_overrules_the_query_log_on_which_earlier_insert_still_counts() -> None:
+    attach = Resume(action="attach", query_ids=["s3ch-aaaa-try1"], reason="try 1 finished")
+    fresh = Selection(retry=False)  # the earlier try gave its files up: this one claimed them afresh
+    assert resume_with_ledger(attach, fresh, WHOLE).action == "load"
+    assert resume_with_ledger(attach, Selection(retry=True), WHOLE) == attach
+    finished = Selection(retry=True, finished_inserts={WHOLE: "s3ch-aaaa-try1"})
+    load = Resume(action="load", reason="the query log lost it")
+    assert resume_with_ledger(load, finished, WHOLE).query_ids == ["s3ch-aaaa-try1"]
+    assert resume_with_ledger(load, Selection(retry=True), WHOLE) == load
+
+
+def test_the_servers_facts_keep_the_named_loads_only() -> None:
+    me, other, third = "a" * 20, "b" * 20, "c" * 20  # load ids are query id stems: 20 hex digits
+    facts = activity([staging_name(me, 2), staging_name(third)], [f"s3ch-{other}-try3", "s3ch-other query"],
+                     [me, other])
+    assert facts.staging == {unit_id(me, 2)} and facts.running == {other}
