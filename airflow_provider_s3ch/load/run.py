@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_provider_s3ch.core.access import with_hint
-from airflow_provider_s3ch.core.deferral import SETTLE_SECONDS, DeferredLoad
+from airflow_provider_s3ch.core.deferral import DeferredLoad
 from airflow_provider_s3ch.core.errors import NothingMatchedError
 from airflow_provider_s3ch.core.formats import detect_format
 from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
@@ -36,7 +36,7 @@ from airflow_provider_s3ch.core.lineage import LoadFacts
 from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.core.plan import peak_estimate
-from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, Resume, decide_resume, plan_steps
+from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, plan_steps
 from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ClusterNode, ServerProfile
 from airflow_provider_s3ch.core.setting_types import setting_int
@@ -59,7 +59,6 @@ from airflow_provider_s3ch.load.insert import Inserter, run_steps
 from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.load.rebuild import StagingRead, before_finalize
 from airflow_provider_s3ch.load.report import (
-    DeferLoad,
     Loaded,
     LoadReport,
     NothingNew,
@@ -67,6 +66,7 @@ from airflow_provider_s3ch.load.report import (
     dry_run_report,
     log_plan,
 )
+from airflow_provider_s3ch.load.resume import EarlierTries
 from airflow_provider_s3ch.load.target import Listed, ReadAhead, prepare_target, read_ahead
 
 
@@ -243,7 +243,8 @@ class LoadRun:
         fan_out = profile.nodes if distributed or profile.table.is_distributed else []
         # resume
         with self._phase("resume"):
-            resume, mark = self._resume(query_id, first_try, fan_out, hook, steps)
+            resume, mark = EarlierTries(inserter, hook, self.log, timeout=self.options.earlier_try_timeout,
+                                        defers=self.options.defers).resume(query_id, first_try, fan_out, steps)
             if ledger is not None and chunk is not None:  # the ledger knows which earlier insert still counts
                 decided = ledger.resume(resume, chunk)
                 mark = mark if decided.action == resume.action else None
@@ -272,19 +273,6 @@ class LoadRun:
                 query_id=attached_to or str(query_id), fan_out=fan_out, distributed=distributed,
                 inserted_now=attached_to is None, ledger=ledger, chunk=chunk, source=source,
                 metrics=LoadMetrics.model_validate(mark.figures) if mark is not None else None)
-
-    def _durable_mark(self, hook: ClickHouseHook, steps: LoadSteps, query_id: QueryId,
-                      first_try: int) -> FilledMark | None:
-        """A retry's second witness: the mark an earlier try of this series left on its staging table (on the
-        target, after an ``overwrite`` swap) once its insert finished."""
-        if steps.staging is None:
-            return None
-        mark = FilledMark.read(table_comment(hook, steps.staging), steps.stem or "")
-        if mark is None and steps.finalize == "exchange":
-            mark = FilledMark.read(table_comment(hook, steps.target), steps.stem or "")
-        if mark is None or not first_try <= mark.try_number < query_id.try_number:
-            return None
-        return mark
 
     def _read_ahead(self, hook: ClickHouseHook, listed: Callable[[], Listed | None],
                     early_key: str | None) -> ReadAhead | Exception:
@@ -321,46 +309,6 @@ class LoadRun:
         return object_url(self.request.bucket, self.request.key_pattern,
                           endpoint_url=hook.s3_endpoint_url or source.endpoint_url, region=manifest.region,
                           archive_syntax=archive_path_syntax(self.request.settings))
-
-    # ------------------------------------------------------------------ resume
-    def _resume(self, query_id: QueryId, first_try: int, nodes: Sequence[ClusterNode], hook: ClickHouseHook,
-                steps: LoadSteps) -> tuple[Resume, FilledMark | None]:
-        """Find the earlier tries' queries; wait for running ones; decide load or attach: to a finished try in
-        ``system.query_log``, else to one whose mark the staging table carries (with the mark, whose figures
-        stand in for the log's). Try 1 has no earlier try (a cleared task instance goes on with the next try
-        number): nothing to read."""
-        inserter = self.inserter
-        assert inserter is not None
-        if query_id.try_number <= 1:
-            resume = Resume(action="load", reason="the first try: no earlier try of this task instance ran a load")
-            self.log.info("Try %d: %s", query_id.try_number, resume.reason)
-            return resume, None
-        timeout = self.options.earlier_try_timeout
-        while True:
-            resume = decide_resume(inserter.queries.earlier_tries(query_id, nodes), query_id.try_number, first_try)
-            if resume.action != "wait":
-                mark = self._durable_mark(hook, steps, query_id, first_try) if resume.action == "load" else None
-                if mark is not None:
-                    resume = Resume(action="attach", query_ids=[mark.query_id], reason=(
-                        f"earlier try {mark.query_id} filled the staging table (its mark on the server says so; "
-                        "system.query_log no longer lists it): bringing its rows in, not inserting again"))
-                self.log.info("Try %d: %s", query_id.try_number, resume.reason)
-                return resume, mark
-            self.log.info("%s: waiting for it (up to %.0f s)", resume.reason, timeout)
-            if self.options.defers:  # the triggerer waits; the task then looks again
-                raise DeferLoad(kind="wait", query_ids=list(resume.query_ids),
-                                nodes=[n.model_dump(mode="json") for n in nodes], deadline=time.time() + timeout)
-            inserter.running = (resume.query_ids, nodes)
-            try:
-                inserter.queries.wait_for_queries(resume.query_ids, nodes, timeout=timeout, log=self.log)
-            finally:
-                inserter.running = None
-            # A query that just left system.processes may reach system.query_log a moment later.
-            for waited in resume.query_ids:
-                try:
-                    inserter.queries.entry(waited, nodes, wait=SETTLE_SECONDS)
-                except Exception as exc:  # noqa: BLE001 - failed or missing: the next look decides
-                    self.log.info("Earlier try %s: %s", waited, exc)
 
     # ------------------------------------------------------------------ a deferred load resumes
     def complete_deferred(self, event: dict[str, Any]) -> LoadReport:
