@@ -5,6 +5,7 @@ write takes. Pure: no I/O. The rows and what they mean are :mod:`airflow_provide
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, State
 from airflow_provider_s3ch.core.models import S3Object, TableRef
@@ -46,6 +47,24 @@ COMMENT 's3ch file ledger: one row per file version, chunk and load (docs/ledger
 
 #: The column a ledger created before partitions were kept gets (its rows read as "any partition").
 PARTITIONS_COLUMN = "partitions"
+
+#: The external table of keys a ledger read sends with its query.
+FILES_TABLE = "_s3ch_files"
+
+
+def key_table(keys: Iterable[str]) -> list[dict[str, Any]]:
+    """The external table of keys a ledger read sends with its query (:data:`FILES_TABLE`), each key once."""
+    return [{"name": FILES_TABLE, "structure": [("key", "String")], "data": [{"key": k} for k in dict.fromkeys(keys)]}]
+
+
+def render_ledger_facts(ledger: TableRef) -> tuple[str, dict[str, str]]:
+    """The read of what a table named as the ledger is: its engine, its engine's full clause, and whether it
+    has the :data:`PARTITIONS_COLUMN` (one row; none when no table has the name)."""
+    return (
+        "SELECT engine, engine_full, (SELECT count() FROM system.columns WHERE database = %(d)s AND table = %(t)s "
+        f"AND name = '{PARTITIONS_COLUMN}') FROM system.tables WHERE database = %(d)s AND name = %(t)s",
+        {"d": ledger.database or "", "t": ledger.name},
+    )
 
 
 def render_add_partitions(ledger: TableRef) -> str:

@@ -99,6 +99,10 @@ class TableRef(BaseModel):
     def __str__(self) -> str:
         return f"{self.database}.{self.name}" if self.database else self.name
 
+    def in_database(self, default: str) -> TableRef:
+        """The table with its database named: its own, else ``default`` (the connection's)."""
+        return self if self.database else self.model_copy(update={"database": default})
+
 
 class LoadRequest(BaseModel):
     """What the user asked for, validated after templates render."""

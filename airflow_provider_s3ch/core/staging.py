@@ -53,7 +53,7 @@ def overwrite_steps(staging_comment: str | None, target_comment: str | None, mar
 # ---------------------------------------------------------------------- statements around the insert
 
 
-class Step(NamedTuple):
+class Statement(NamedTuple):
     """One statement the shell runs, and the line it logs after it."""
 
     sql: str
@@ -63,7 +63,7 @@ class Step(NamedTuple):
 class FinalizePlan(BaseModel):
     """How a staged load reaches its target, from where it stands."""
 
-    steps: list[Step] = Field(default_factory=list)
+    steps: list[Statement] = Field(default_factory=list)
     partitions: list[str] = Field(default_factory=list, description="the partitions the load brought in")
     done_before: bool = Field(False, description="an earlier try finished this load: nothing is left to do")
 
@@ -86,7 +86,7 @@ def _own_comment(old_comment: str | None) -> str:
 
 def prepare_statements(
     steps: LoadSteps, *, staging_exists: bool, staging_comment: str | None = None, target_comment: str | None = None
-) -> list[Step]:
+) -> list[Statement]:
     """Drop the staging table a dead try left (no earlier try runs: checked), create it afresh (no drop when
     there is none: the first try's, or a retry's that read it is not there).
 
@@ -100,27 +100,27 @@ def prepare_statements(
     :param target_comment: the target's comment (``overwrite``).
     """
     staging = _staging(steps)
-    out: list[Step] = []
+    out: list[Statement] = []
     if (steps.finalize == "exchange" and staging_exists and steps.marker is not None
             and is_marker(target_comment, steps.marker) and staging_comment is not None
             and not is_marker(staging_comment, steps.marker)):
-        out.append(Step(render_set_comment(steps.target, _own_comment(staging_comment)),
+        out.append(Statement(render_set_comment(steps.target, _own_comment(staging_comment)),
                         f"Put back the comment of {steps.target}, which an earlier try's swap left unfinished"))
     if staging_exists:  # a table of this name is only ever this task instance's (its stem)
-        out.append(Step(render_drop_table(staging), f"Dropped staging table {staging} left by an earlier try"))
+        out.append(Statement(render_drop_table(staging), f"Dropped staging table {staging} left by an earlier try"))
     out.append(
-        Step(render_create_staging(staging, steps.target), f"Created staging table {staging} AS {steps.target}"))
+        Statement(render_create_staging(staging, steps.target), f"Created staging table {staging} AS {steps.target}"))
     if steps.marker is not None:
-        out.append(Step(render_set_comment(staging, steps.marker), ""))
+        out.append(Statement(render_set_comment(staging, steps.marker), ""))
     return out
 
 
-def abandon_statements(steps: LoadSteps) -> list[Step]:
+def abandon_statements(steps: LoadSteps) -> list[Statement]:
     """After a failed insert that no longer runs: drop the staging table; the target is untouched."""
     if steps.staging is None:
         return []
     return [
-        Step(
+        Statement(
             render_drop_table(steps.staging),
             f"The load failed: dropped staging table {steps.staging}; {steps.target} is untouched",
         )
@@ -161,35 +161,35 @@ def finalize_statements(
         marker = steps.marker or ""
         todo = overwrite_steps(staging_comment, target_comment, marker)
         if "drop_staging" not in todo:
-            restore = [Step(render_set_comment(target, ""), "")] if "restore_comment" in todo else []
+            restore = [Statement(render_set_comment(target, ""), "")] if "restore_comment" in todo else []
             return FinalizePlan(steps=restore, done_before=True)
-        out: list[Step] = []
+        out: list[Statement] = []
         if "exchange" in todo:  # the staging table still holds the load: marked, then swapped in
             out += _marking(staging, staging_comment, mark)
-            out.append(Step(render_exchange(target, staging), f"Exchanged {target} and {staging}"))
+            out.append(Statement(render_exchange(target, staging), f"Exchanged {target} and {staging}"))
             # The old table, now under the staging name, carries the target's comment from before the swap.
             old_comment, partitions = target_comment, staging_partitions
         else:
             old_comment, partitions = staging_comment, target_partitions
         if "restore_comment" in todo:
-            out.append(Step(render_set_comment(target, _own_comment(old_comment)), ""))
-        out.append(Step(render_drop_table(staging), ""))
+            out.append(Statement(render_set_comment(target, _own_comment(old_comment)), ""))
+        out.append(Statement(render_drop_table(staging), ""))
         return FinalizePlan(steps=out, partitions=[value for _, value in partitions])
     if staging_comment is None:
         return FinalizePlan(done_before=True)
     if rebuild is not None and steps.finalize == "replace":
         out = _marking(staging, staging_comment, mark)
-        out += [Step(render_replace_partitions(target, rebuild.table, ids, drop), _moved("Replaced", values, drop))
+        out += [Statement(render_replace_partitions(target, rebuild.table, ids, drop), _moved("Replaced", values, drop))
                 for ids, values, drop in _batches(rebuild.present, rebuild.drop)]
-        out += [Step(render_drop_table(rebuild.table), ""), Step(render_drop_table(staging), "")]
+        out += [Statement(render_drop_table(rebuild.table), ""), Statement(render_drop_table(staging), "")]
         return FinalizePlan(steps=out, partitions=[value for _, value in rebuild.present])
     out = _marking(staging, staging_comment, mark) if staging_partitions else []
     for ids, values, _ in _batches(staging_partitions):
         if steps.finalize == "move":
-            out.append(Step(render_move_partitions(staging, target, ids), _moved("Moved", values)))
+            out.append(Statement(render_move_partitions(staging, target, ids), _moved("Moved", values)))
         else:
-            out.append(Step(render_replace_partitions(target, staging, ids), _moved("Replaced", values)))
-    out.append(Step(render_drop_table(staging), ""))
+            out.append(Statement(render_replace_partitions(target, staging, ids), _moved("Replaced", values)))
+    out.append(Statement(render_drop_table(staging), ""))
     return FinalizePlan(steps=out, partitions=[value for _, value in staging_partitions])
 
 
@@ -242,11 +242,11 @@ def _moved(verb: str, values: Sequence[str], dropped: Sequence[str] = ()) -> str
     return "; ".join(part for part in (line, gone if dropped else "") if part)
 
 
-def _marking(staging: TableRef, staging_comment: str | None, mark: FilledMark | None) -> list[Step]:
+def _marking(staging: TableRef, staging_comment: str | None, mark: FilledMark | None) -> list[Statement]:
     """The statement that marks the staging table filled, unless there is no mark or it carries one."""
     if mark is None or FilledMark.read(staging_comment, mark.stem) is not None:
         return []
-    return [Step(render_set_comment(staging, mark.comment()), "")]
+    return [Statement(render_set_comment(staging, mark.comment()), "")]
 
 
 def _staging(steps: LoadSteps) -> TableRef:

@@ -8,18 +8,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from airflow_provider_s3ch.core.deferral import DeferredLoad
-from airflow_provider_s3ch.core.models import LoadPlan, LoadRequest
+from airflow_provider_s3ch.core.models import LoadPlan, SettingValue
 from airflow_provider_s3ch.core.plan.shrink import STEPS, StepName, changed, smaller
 from airflow_provider_s3ch.core.plan.shrink import step as shrink_step
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, parseable, render_insert
-from airflow_provider_s3ch.core.staging import Step, abandon_statements, prepare_statements
+from airflow_provider_s3ch.core.staging import Statement, abandon_statements, prepare_statements
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, QueryMemoryLimitError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.http_insert import start_insert_http
@@ -30,11 +30,28 @@ from airflow_provider_s3ch.load.report import DeferLoad
 #: How long a failed load waits for its query to leave ``system.processes`` before it drops its staging table.
 ABANDON_WAIT_SECONDS = 10.0
 
+class PlannedInsert(NamedTuple):
+    """An insert as the target phase planned it: the plan, its statement, the mode's steps and the query id."""
+
+    plan: LoadPlan
+    rendered: RenderedSQL
+    steps: LoadSteps
+    query_id: QueryId
+
+
+class Fitted(NamedTuple):
+    """The insert that fitted the memory cap: its plan and statement, and the attempts after a memory limit."""
+
+    plan: LoadPlan
+    rendered: RenderedSQL
+    attempts: list[dict[str, Any]]
+
+
 #: A plan with its predicted peak and its ``log_comment`` tag for a step (``plan``, ``halve``, …).
 Tag = Callable[[LoadPlan, str], LoadPlan]
 
 
-def run_steps(hook: ClickHouseHook, steps: list[Step], log: logging.Logger) -> None:
+def run_statements(hook: ClickHouseHook, steps: list[Statement], log: logging.Logger) -> None:
     """Run the statements the core decided, in order, logging each one's note. Each is sent with the parser's
     limits it needs (a staging table's mark carries the insert's settings, a long ``log_comment`` included)."""
     for step in steps:
@@ -73,7 +90,7 @@ class Inserter:
             # A first try's staging table cannot be there (the name holds the try's stem): no read to say so.
             comment = table_comment(self.hook, steps.staging) if query_id.try_number > 1 else None
             swapped = comment is not None and steps.finalize == "exchange"  # an earlier try's swap may be unfinished
-            run_steps(self.hook, prepare_statements(
+            run_statements(self.hook, prepare_statements(
                 steps, staging_exists=comment is not None, staging_comment=comment,
                 target_comment=table_comment(self.hook, steps.target) if swapped else None), self.log)
 
@@ -92,19 +109,21 @@ class Inserter:
                                      "to the next try, which drops it", query_id, ABANDON_WAIT_SECONDS, steps.staging)
                     return
                 time.sleep(0.1)
-            run_steps(self.hook, abandon_statements(steps), self.log)
+            run_statements(self.hook, abandon_statements(steps), self.log)
         except Exception as exc:  # noqa: BLE001 - best effort, the load's own error goes on
             self.log.warning("Could not drop staging table %s: %s", steps.staging, exc)
 
     # ------------------------------------------------------------------ insert
-    def within_cap(
-        self, plan: LoadPlan, rendered: RenderedSQL, query_id: QueryId, nodes: Sequence[ClusterNode],
-        steps: LoadSteps, request: LoadRequest, cores: int, tag: Tag,
-    ) -> tuple[LoadPlan, RenderedSQL, list[dict[str, Any]]]:
+    def within_cap(self, planned: PlannedInsert, nodes: Sequence[ClusterNode], *, cores: int,
+                   user: Mapping[str, SettingValue], tag: Tag) -> Fitted:
         """The insert; after the load's own memory limit (``memory_cap``), the same insert again with smaller
         plans while the target is untouched (a staging table), each attempt logged and recorded.
         ``max_memory_usage`` stays the cap throughout. A later chunk of the same load starts from the step
-        that fitted, and so does a load whose last load at the same cap needed one (``plan.history``)."""
+        that fitted, and so does a load whose last load at the same cap needed one (``plan.history``).
+
+        :param user: the task's own settings (a step down keeps them).
+        """
+        plan, rendered, steps, query_id = planned
         first = plan.settings
         names = list(STEPS)
         attempts: list[dict[str, Any]] = []
@@ -114,8 +133,7 @@ class Inserter:
         if start is not None:  # an earlier chunk, or the last load at this cap, needed a smaller plan: start there
             current = start
             names = names[names.index(current) + 1:]
-            plan = tag(plan.model_copy(update={"settings": smaller(first, current, cores=cores,
-                                                                   user=request.settings)}), current)
+            plan = tag(plan.model_copy(update={"settings": smaller(first, current, cores=cores, user=user)}), current)
             rendered = render_insert(plan, self.credentials, target=steps.staging)
             if self.memory_step is None:
                 self.log.info("Starting from step %r: the last load of this target and files at this memory cap "
@@ -135,7 +153,7 @@ class Inserter:
                     ) from exc
                 while names:
                     name = names.pop(0)
-                    smaller_settings = smaller(first, name, cores=cores, user=request.settings)
+                    smaller_settings = smaller(first, name, cores=cores, user=user)
                     if changed(plan.settings, smaller_settings):
                         break
                 else:
@@ -157,7 +175,7 @@ class Inserter:
                 attempts.append({"step": current, "settings": changed(first, plan.settings), "error": None,
                                  **({"from_history": True} if current == learned_step and not attempts else {})})
                 self.memory_step = current
-            return plan, rendered, attempts
+            return Fitted(plan, rendered, attempts)
 
     def insert(self, rendered: RenderedSQL, query_id: QueryId, nodes: Sequence[ClusterNode], steps: LoadSteps) -> None:
         """One insert over the native protocol, into the staging table when there is one."""
@@ -173,24 +191,19 @@ class Inserter:
         finally:
             self.running = None
 
-    def start_deferred(
-        self, rendered: RenderedSQL, query_id: QueryId, steps: LoadSteps, insert_nodes: Sequence[ClusterNode],
-        fan_out: Sequence[ClusterNode], load: dict[str, Any],
-    ) -> None:
+    def start_deferred(self, rendered: RenderedSQL, query_id: QueryId, load: DeferredLoad) -> None:
         """Start the insert over HTTP (the server runs it without this process) and signal the deferral
-        (:class:`DeferLoad`) with what the resumed task needs (``load``: the
-        :class:`~airflow_provider_s3ch.core.deferral.DeferredLoad` fields but the statement and its start);
-        returns only when the server finished it before it could be seen running (the load then goes on
-        here, as one that did not defer)."""
-        self.prepare(steps, query_id)
-        self.running = ([str(query_id)], insert_nodes)
+        (:class:`DeferLoad`) with what the resumed task needs (``load``); returns only when the server finished
+        it before it could be seen running (the load then goes on here, as one that did not defer)."""
+        self.prepare(load.steps, query_id)
+        self.running = ([str(query_id)], load.insert_nodes)
         try:
             finished = start_insert_http(self.hook, rendered.sql, query_id=str(query_id),
                                          settings=rendered.settings, log=self.log)
         except ClickHouseUnavailableError:
             raise  # the server may still run the load: the staging table is the retry's
         except Exception:
-            self.abandon_if_idle(steps, str(query_id), insert_nodes)
+            self.abandon_if_idle(load.steps, str(query_id), load.insert_nodes)
             raise
         finally:
             self.running = None
@@ -198,8 +211,6 @@ class Inserter:
             self.log.info("The server finished query %s before it was seen running: finishing the load here",
                           query_id)
             return
-        carried = DeferredLoad.carry(sql=rendered.redacted, query_id=str(query_id), steps=steps,
-                                     insert_nodes=list(insert_nodes), fan_out=list(fan_out), **load)
         raise DeferLoad(kind="insert", query_ids=[str(query_id)],
-                        nodes=[n.model_dump(mode="json") for n in fan_out or insert_nodes],
-                        load=carried.model_dump(mode="json"))
+                        nodes=[n.model_dump(mode="json") for n in load.fan_out or load.insert_nodes],
+                        load=load.model_dump(mode="json"))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
 from airflow_provider_s3ch.core.ledger import (
@@ -33,12 +33,14 @@ from airflow_provider_s3ch.core.ledger_rebuild import EarlierRow
 from airflow_provider_s3ch.core.ledger_request import check_steps, ledger_ref, target_name
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, LoadActivity, State, activity, unit_id
 from airflow_provider_s3ch.core.ledger_sql import (
-    PARTITIONS_COLUMN,
+    FILES_TABLE,
     READ_FIELDS,
     REBUILD_FIELDS,
+    key_table,
     ledger_engine_problem,
     render_add_partitions,
     render_create_ledger,
+    render_ledger_facts,
     render_read,
     render_read_partitions,
     render_running_loads,
@@ -52,16 +54,15 @@ from airflow_provider_s3ch.errors import PlanError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.load.report import LoadReport, NothingNew, nothing_new_report
 
-#: The external table of keys a ledger read sends with its query.
-FILES_TABLE = "_s3ch_files"
-
 #: Settings of the ledger's writes: every state row is stored and visible when the INSERT returns.
 WRITE_SETTINGS = {"insert_deduplicate": 0, "async_insert": 0}
 
-_LEDGER_TABLE_SQL = (
-    "SELECT engine, engine_full, (SELECT count() FROM system.columns WHERE database = %(d)s AND table = %(t)s "
-    f"AND name = '{PARTITIONS_COLUMN}') FROM system.tables WHERE database = %(d)s AND name = %(t)s"
-)
+class ChunkStart(NamedTuple):
+    """A chunk about to be inserted: the chunk as it stands now, its manifest and the URL of its keys."""
+
+    chunk: Chunk
+    manifest: Manifest
+    url: str
 
 
 class LedgerRun:
@@ -86,7 +87,7 @@ class LedgerRun:
         self.log = log or logging.getLogger(__name__)
         self.ledger = ledger_ref(request, hook.database)
         self.target = target_name(request, hook.database)
-        self.database = request.table.database or hook.database
+        self.database = request.table.in_database(hook.database).database
         self.bucket = request.bucket
         self.selection = Selection()
         self.files: list[S3Object] = []
@@ -107,7 +108,7 @@ class LedgerRun:
     # ------------------------------------------------------------------ the table
     def exists(self) -> bool:
         """Whether the ledger table exists; :class:`PlanError` when a table of its name cannot be the ledger."""
-        rows = self.hook.execute(_LEDGER_TABLE_SQL, {"d": self.ledger.database, "t": self.ledger.name})
+        rows = self.hook.execute(*render_ledger_facts(self.ledger))
         if not rows:
             return False
         self.has_partitions = bool(rows[0][2])
@@ -134,7 +135,7 @@ class LedgerRun:
     def read(self, keys: Iterable[str]) -> list[LedgerRow]:
         """The latest version of the target's rows for ``keys`` in the bucket, and of this load's rows."""
         data = self.hook.execute(render_read(self.ledger, FILES_TABLE, partitions=self.has_partitions),
-                                 {"t": self.target, "b": self.bucket, "own": self.own}, external_tables=_keys(keys))
+                                 {"t": self.target, "b": self.bucket, "own": self.own}, external_tables=key_table(keys))
         return [LedgerRow.model_validate(dict(zip(READ_FIELDS, row, strict=True))) for row in data]
 
     def earlier(self, partitions: Sequence[str]) -> tuple[list[EarlierRow], frozenset[str], int]:
@@ -144,7 +145,7 @@ class LedgerRun:
         :mod:`~airflow_provider_s3ch.load.rebuild`)."""
         data = self.hook.execute(  # with this load's keys: a reloaded file's old versions, wherever they wrote
             render_read_partitions(self.ledger, FILES_TABLE), {"t": self.target, "p": list(partitions)},
-            external_tables=_keys(o.key for o in self.files))
+            external_tables=key_table(o.key for o in self.files))
         rows = [EarlierRow.model_validate({**dict(zip(REBUILD_FIELDS, r, strict=True)), "unit": unit_id(r[4], r[3])})
                 for r in data]
         own = [r for r in rows if r.load_id == self.own]
@@ -268,7 +269,7 @@ class LedgerRun:
         self._log()
         return list(self.chunks)
 
-    def begin(self, chunk: Chunk) -> tuple[Chunk, Manifest, str] | None:
+    def begin(self, chunk: Chunk) -> ChunkStart | None:
         """Before a chunk's insert: the chunk (claims renewed when they are half their timeout old, the files
         another load took meanwhile left out), its manifest and its URL (its keys as one ``{a,b,…}`` list);
         None when no file of it is left.
@@ -282,8 +283,8 @@ class LedgerRun:
             return None
         body, pattern = key_list_pattern([o.key for o in chunk.files], self.request.key_pattern,
                                          archive_syntax=archive_path_syntax(self.request.settings))
-        return (chunk, narrow_manifest(self._manifest, chunk.files, pattern),
-                key_url(self._url, self.request.key_pattern, body))
+        return ChunkStart(chunk, narrow_manifest(self._manifest, chunk.files, pattern),
+                          key_url(self._url, self.request.key_pattern, body))
 
     def _renew(self, current: Chunk) -> None:
         """Claim again the files of the chunks not started yet (this one unless its insert finished), so that
@@ -394,7 +395,3 @@ class LedgerRun:
     def _log(self) -> None:
         self.log.info("Ledger %s: %s", self.ledger, summary_line(self.summary()))
 
-
-def _keys(keys: Iterable[str]) -> list[dict[str, Any]]:
-    """The external table of keys a ledger read sends with its query (:data:`FILES_TABLE`)."""
-    return [{"name": FILES_TABLE, "structure": [("key", "String")], "data": [{"key": k} for k in dict.fromkeys(keys)]}]

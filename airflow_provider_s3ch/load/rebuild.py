@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
 from airflow_provider_s3ch.core.ledger import Chunk, key_list_pattern
@@ -46,6 +46,16 @@ from airflow_provider_s3ch.load.ledger import LedgerRun
 
 #: What the rebuild table's name adds to the staging table's (not a hex digit: no unit id ends so).
 REBUILD_SUFFIX = "r"
+
+
+class Planned(Protocol):
+    """What the rebuild reads of an insert: its plan and the mode's steps."""
+
+    @property
+    def plan(self) -> LoadPlan: ...
+
+    @property
+    def steps(self) -> LoadSteps: ...
 
 
 class StagingRead(NamedTuple):
@@ -178,17 +188,17 @@ class PartitionRebuild:
 
 
 
-def before_finalize(
-    hook: ClickHouseHook, ledger: LedgerRun, chunk: Chunk, metrics: LoadMetrics, steps: LoadSteps, plan: LoadPlan, *,
-    query_id: QueryId, inserted_now: bool, source: S3Source, credentials: S3Credentials | None, log: logging.Logger,
-) -> StagingRead:
+def before_finalize(ledger: LedgerRun, chunk: Chunk, metrics: LoadMetrics, planned: Planned, *, inserted_now: bool,
+                    source: S3Source) -> StagingRead:
     """A ledger load between its insert and its finalize: the chunk's files ``pending`` with the partitions
     the staging table holds; for ``replace_partitions`` first the rebuild's plan (a refusal leaves the target
     and the server as they were), then a yield to a load that recorded the same partitions first, then the
     rebuild table.
 
+    :param planned: the insert's plan and steps.
     :return: the staging table's comment and partitions, the rebuild table and what was rebuilt.
     """
+    hook, steps, plan, query_id = ledger.hook, planned.steps, planned.plan, ledger.query_id_of(chunk)
     staging = steps.staging
     assert staging is not None
     comment = "" if inserted_now else table_comment(hook, staging)
@@ -197,7 +207,7 @@ def before_finalize(
     if steps.finalize != "replace" or comment is None:
         ledger.pending(metrics, chunk, ids)
         return StagingRead(comment, parts)
-    runner = PartitionRebuild(hook, ledger, source, credentials, log)
+    runner = PartitionRebuild(hook, ledger, source, source.credentials(), ledger.log)
     try:
         rebuild = runner.plan(ids)
     except RebuildRefused as exc:

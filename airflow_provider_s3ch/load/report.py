@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_s3ch.core.ledger_rebuild import RebuiltPartition
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE
 from airflow_provider_s3ch.core.metrics import peak_ratio, summary
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, S3Object
 from airflow_provider_s3ch.core.recovery import LoadSteps
+from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
 from airflow_provider_s3ch.core.sizes import fmt_bytes, is_byte_setting
 from airflow_provider_s3ch.core.sql import sql_summary
@@ -27,6 +28,10 @@ class LoadReport(BaseModel):
     the goldens in tests/integration/goldens): :meth:`to_xcom` dumps the fields a load set, None included."""
 
     model_config = ConfigDict(extra="forbid")
+
+    #: What kind of run it reports: a load (rows inserted, or an earlier try's taken), a dry run (the plan
+    #: alone), or a ledger run that found no new file. Not in the XCom, whose keys docs/xcom.md fixes.
+    kind: Literal["load", "dry_run", "nothing_new"] = Field("load", exclude=True)
 
     # the plan and the figures from system.query_log (core/metrics.py summary)
     query_id: str | None = None
@@ -95,7 +100,7 @@ class Loaded:
     target: TableInfo
     steps: LoadSteps
     #: The XCom's ``table_changes``: what the load did to the target's table (created, columns added).
-    table: dict[str, Any]
+    table_changes: dict[str, Any]
     resume_reason: str
     attached_to: str | None
     #: The statement as logged (credentials redacted); None when a deferred load had it too long to carry.
@@ -126,10 +131,26 @@ class Loaded:
                 "attached_to": self.attached_to, "partitions": self.partitions}
 
 
-def build_report(
-    loads: list[Loaded], metrics: LoadMetrics, partitions: list[str], *, wall_ms: int,
-    ledger: dict[str, Any] | None = None, chunked: bool = False, phases_ms: dict[str, int] | None = None,
-) -> LoadReport:
+class LoadEnd(NamedTuple):
+    """What the load's end reports beside its inserts.
+
+    :param columns: the target's columns as the target phase read them (None: read again for the lineage).
+    :param objects: the files the load read (None: listed again, when a deferred load had too many to carry).
+    :param ledger: the XCom's ``ledger`` entry of a ledger load.
+    :param chunked: the ledger cut the load into chunks.
+    :param rest: what the time outside the measured phases is: ``other`` (clients, logging), or for a deferred
+        load ``deferred`` (the triggerer followed the insert).
+    """
+
+    columns: list[Column] | None
+    objects: list[S3Object] | None
+    ledger: dict[str, Any] | None = None
+    chunked: bool = False
+    rest: str = "other"
+
+
+def build_report(loads: list[Loaded], metrics: LoadMetrics, partitions: list[str], end: LoadEnd, *, wall_ms: int,
+                 phases_ms: dict[str, int] | None = None) -> LoadReport:
     """The report of a load that ran (or attached to an earlier try): one insert, or its chunks'."""
     last = loads[-1]
     attached = [one.attached_to for one in loads if one.attached_to]
@@ -137,7 +158,8 @@ def build_report(
     result.update({"mode": last.steps.mode, "mode_reason": last.steps.reason,
                    "attached_to": attached[0] if len(loads) == 1 and attached else (attached or None),
                    "staging_table": str(last.steps.staging) if last.steps.staging else None,
-                   "resume_reason": last.resume_reason, "partitions": partitions, "table_changes": loads[0].table,
+                   "resume_reason": last.resume_reason, "partitions": partitions,
+                   "table_changes": loads[0].table_changes,
                    "warnings": list(dict.fromkeys([*(w for one in loads for w in one.plan.warnings),
                                                    *last.steps.warnings]))})
     predicted = [one.plan.predicted_peak_bytes for one in loads if one.plan.predicted_peak_bytes]
@@ -149,11 +171,11 @@ def build_report(
                                  for one in loads for a in one.memory_attempts]
     result.update(settings=_public(result["settings"], last.plan),
                   settings_reasons=_public(result["settings_reasons"], last.plan))
-    if len(loads) > 1 or chunked:
+    if len(loads) > 1 or end.chunked:
         files = [o for one in loads for o in one.files or []]
         result.update(files=len(files), bytes=sum(o.size for o in files), chunks=[one.figures() for one in loads])
-    if ledger is not None:
-        result["ledger"] = ledger
+    if end.ledger is not None:
+        result["ledger"] = end.ledger
     rebuilt = [one.rebuilt for one in loads if one.rebuilt is not None]
     if rebuilt:
         result["rebuilt"] = [p.model_dump(mode="json") for one in rebuilt for p in one]
@@ -173,14 +195,15 @@ def _public(settings: dict[str, Any] | None, plan: LoadPlan) -> dict[str, Any] |
 def dry_run_report(query_id: str, sql: str, plan: LoadPlan, steps: LoadSteps, table: dict[str, Any],
                    ledger: dict[str, Any] | None) -> LoadReport:
     """A dry run's report: the plan, the statement (credentials redacted) and the steps; nothing loaded."""
-    return LoadReport(dry_run=True, query_id=query_id, sql=sql, plan=plan.model_dump(mode="json"), mode=steps.mode,
-                      steps=steps.model_dump(mode="json"), table_changes=table,
+    return LoadReport(kind="dry_run", dry_run=True, query_id=query_id, sql=sql, plan=plan.model_dump(mode="json"),
+                      mode=steps.mode, steps=steps.model_dump(mode="json"), table_changes=table,
                       **({"ledger": ledger} if ledger is not None else {}))
 
 
 def nothing_new_report(table: str, mode: str, wall_ms: int, ledger: dict[str, Any], *, dry_run: bool) -> LoadReport:
     """A ledger run without a new file: zero rows, and the ledger's entry (what it skipped, and why)."""
-    return LoadReport(query_id=None, table=table, dry_run=dry_run, files=0, bytes=0, written_rows=0, written_bytes=0,
+    return LoadReport(kind="nothing_new", query_id=None, table=table, dry_run=dry_run, files=0, bytes=0,
+                      written_rows=0, written_bytes=0,
                       read_rows=0, read_bytes=0, duration_ms=0, wall_ms=wall_ms, mode=mode, attached_to=None,
                       partitions=[], warnings=[], ledger=ledger)
 

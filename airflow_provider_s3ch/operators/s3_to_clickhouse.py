@@ -21,7 +21,7 @@ from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import provider_errors
 from airflow_provider_s3ch.lineage import operator_lineage
 from airflow_provider_s3ch.load.report import DeferLoad, LoadReport, NothingNew
-from airflow_provider_s3ch.load.run import LoadRun, RunOptions
+from airflow_provider_s3ch.load.run import LoadRun, RunOptions, RunParts
 from airflow_provider_s3ch.triggers.load import LoadTrigger
 
 
@@ -261,10 +261,13 @@ class S3ToClickHouseOperator(BaseOperator):
         (an incremental load runs in its worker, not deferred)."""
         if self.deferrable and self.skip_loaded:
             self.log.warning("deferrable=True with skip_loaded=True: the load runs in its worker slot, not deferred")
-        return RunOptions(clickhouse_conn_id=self.clickhouse_conn_id, aws_conn_id=self.aws_conn_id,
-                          table_spec=self.table_spec(request), defers=bool(self.deferrable and not self.skip_loaded),
+        return RunOptions(table_spec=self.table_spec(request), defers=bool(self.deferrable and not self.skip_loaded),
                           earlier_try_timeout=self.earlier_try_timeout, claim_timeout=self.claim_timeout,
                           learn_from_history=self.learn_from_history)
+
+    def run_parts(self) -> RunParts:
+        """What the run talks to: the task's ClickHouse and AWS connections."""
+        return RunParts.connections(self.clickhouse_conn_id, self.aws_conn_id)
 
     # ------------------------------------------------------------------ how Airflow runs it
     def execute(self, context: Context) -> dict[str, Any]:
@@ -272,7 +275,7 @@ class S3ToClickHouseOperator(BaseOperator):
         with provider_errors():
             request = self.build_request()
             query_id, first_try = self.query_id(context, request), self.first_try(context)
-            self._run = run = LoadRun(request, self.run_options(request), self.log)
+            self._run = run = LoadRun(request, self.run_options(request), self.log, self.run_parts())
             return self._finish(context, lambda: run.run(query_id, first_try))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -284,20 +287,20 @@ class S3ToClickHouseOperator(BaseOperator):
             return self.execute(context)
         with provider_errors():
             request = self.build_request()
-            self._run = run = LoadRun(request, self.run_options(request), self.log)
+            self._run = run = LoadRun(request, self.run_options(request), self.log, self.run_parts())
             return self._finish(context, lambda: run.complete_deferred(event))
 
     def _finish(self, context: Context, load: Callable[[], LoadReport]) -> dict[str, Any]:
         """Run ``load`` and turn its signals into Airflow's: a deferral, a skip; else its report as the XCom."""
         try:
-            result = load().to_xcom()
+            report = load()
         except DeferLoad as signal:
             self._defer(signal)
             raise  # not reached: defer raises
         except NothingNew as signal:
             raise AirflowSkipException(str(signal)) from None
-        self._outlet_events(context, result)
-        return result
+        self._outlet_events(context, report)
+        return report.to_xcom()
 
     def _defer(self, signal: DeferLoad) -> None:
         """Hand the load's query (or earlier tries' queries) to the triggerer."""
@@ -318,17 +321,16 @@ class S3ToClickHouseOperator(BaseOperator):
             self._run.kill()
 
     # ------------------------------------------------------------------ lineage and assets
-    def _outlet_events(self, context: Context, result: dict[str, Any]) -> None:
+    def _outlet_events(self, context: Context, report: LoadReport) -> None:
         """The task's asset events: a load's carry its figures in ``extra``; a dry run emits none.
 
         Airflow emits an event for every asset in ``outlets`` when the task succeeds; a dry run changed
         nothing, so it takes its assets out of this run's ``outlets`` (the task still succeeds)."""
-        nothing_new = result.get("query_id") is None and result.get("files") == 0  # an incremental run, no new file
-        if result.get("dry_run") or nothing_new:
+        if report.kind != "load":
             assets = [o for o in self.outlets if isinstance(o, BaseAsset)]
             if assets:
                 self.outlets = [o for o in self.outlets if not isinstance(o, BaseAsset)]
-                self.log.info("%s: no asset event for %s", "Dry run" if result.get("dry_run") else "No new file",
+                self.log.info("%s: no asset event for %s", "Dry run" if report.dry_run else "No new file",
                               ", ".join(map(repr, assets)))
             return
         events = context.get("outlet_events")

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from airflow.providers.common.compat.sdk import TaskDeferred
 
-import airflow_provider_s3ch.load.run as load_run
+import airflow_provider_s3ch.load.complete as load_complete
 from airflow_provider_s3ch.core.recovery import STAGING_MARKER, STAGING_PREFIX
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import posts_ddl, write_posts
@@ -67,7 +67,7 @@ def _stop_after_first(monkeypatch: pytest.MonkeyPatch, words: str) -> list[str]:
     ``words``: the partitions' one ``ALTER`` applied up to its first ``MOVE PARTITION`` (the server applies an
     ALTER's commands in order, each atomic), as when the worker or the server died during it."""
     ran: list[str] = []
-    real = load_run.run_steps
+    real = load_complete.run_statements
 
     def steps_then_die(hook: Any, steps: Any, log: Any) -> None:
         for step in steps:
@@ -79,7 +79,7 @@ def _stop_after_first(monkeypatch: pytest.MonkeyPatch, words: str) -> list[str]:
             real(hook, [step], log)
             ran.append(step.sql)
 
-    monkeypatch.setattr(load_run, "run_steps", steps_then_die)
+    monkeypatch.setattr(load_complete, "run_statements", steps_then_die)
     return ran
 
 

@@ -22,7 +22,8 @@ when the budget cannot hold the largest Parquet row group per thread (:func:`row
 
 from __future__ import annotations
 
-from airflow_provider_s3ch.core.history import Learned
+from airflow_provider_s3ch.core.history import Learned, TagFacts
+from airflow_provider_s3ch.core.history import tag as history_tag
 from airflow_provider_s3ch.core.models import Check, LoadPlan, LoadRequest, Manifest
 from airflow_provider_s3ch.core.plan.budget import (
     DEFAULT_MEMORY_SHARE,
@@ -66,6 +67,7 @@ from airflow_provider_s3ch.core.plan.settings import (
 from airflow_provider_s3ch.core.plan.strategy import StrategyChoice, choose_strategy, distributed_possible
 from airflow_provider_s3ch.core.plan.workload import WorkloadLimit, chosen_workload, workload_limit
 from airflow_provider_s3ch.core.server_models import ServerProfile
+from airflow_provider_s3ch.core.setting_types import setting_int
 from airflow_provider_s3ch.core.sizes import GiB, KiB, MiB, fmt_bytes
 
 __all__ = [
@@ -160,7 +162,22 @@ def peak_estimate(plan: LoadPlan, manifest: Manifest, profile: ServerProfile) ->
                         nodes=nodes, scale=history.get("memory_scale") or 1.0, expansion=history.get("expansion"))
 
 
-def with_prediction(plan: LoadPlan, manifest: Manifest, profile: ServerProfile) -> LoadPlan:
-    """``plan`` with its predicted peak memory for its settings as they are now (after a step down too)."""
+def with_prediction(plan: LoadPlan, manifest: Manifest, profile: ServerProfile, *, tag: str | None = None,
+                    step: str = "plan") -> LoadPlan:
+    """``plan`` with its predicted peak memory for its settings as they are now (after a step down too) and,
+    given the history key ``tag`` (None: the load does not learn from history) unless the user set one, the
+    ``log_comment`` tag later loads learn from (:func:`~airflow_provider_s3ch.core.history.tag`).
+
+    :param step: the memory step the settings are (``plan``, ``halve``, …).
+    """
     estimate = peak_estimate(plan, manifest, profile)
-    return plan.model_copy(update={"predicted_peak_bytes": estimate.bytes, "predicted_peak_reason": estimate.reason})
+    plan = plan.model_copy(update={"predicted_peak_bytes": estimate.bytes, "predicted_peak_reason": estimate.reason})
+    if tag is None or "log_comment" in plan.settings.overrides:
+        return plan
+    facts = TagFacts(file_bytes=manifest.total_bytes, model_bytes=estimate.model_bytes,
+                     cap=setting_int(plan.settings.values.get("max_memory_usage"), 0), step=step)
+    values = {**plan.settings.values, "log_comment": history_tag(tag, facts)}
+    reasons = {**plan.settings.reasons, "log_comment": "tags the insert for later loads of this target and "
+               "files to learn from (learn_from_history, docs/tuning.md)"}
+    return plan.model_copy(update={"settings": plan.settings.model_copy(update={"values": values,
+                                                                                "reasons": reasons})})

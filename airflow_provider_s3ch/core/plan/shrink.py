@@ -46,7 +46,7 @@ STEPS: tuple[StepName, ...] = ("halve", "one_thread", "smallest")
 DEFAULT_DOWNLOAD_BUFFER_BYTES = 10 * MiB
 
 
-class Step(BaseModel):
+class StepDown(BaseModel):
     """One step down: the settings it lowers (at most these values) and why."""
 
     model_config = ConfigDict(frozen=True)
@@ -61,8 +61,8 @@ class Step(BaseModel):
     reason: str
 
 
-_STEPS: dict[StepName, Step] = {
-    "halve": Step(
+_STEPS: dict[StepName, StepDown] = {
+    "halve": StepDown(
         name="halve",
         ceilings={"max_insert_delayed_streams_for_parallel_write": 4,
                   "max_download_buffer_size": DEFAULT_DOWNLOAD_BUFFER_BYTES, "max_parsing_threads": 1},
@@ -70,7 +70,7 @@ _STEPS: dict[StepName, Step] = {
         reason="half the threads, a quarter of the block, fewer delayed write streams, one parsing thread, 10 MiB "
                "download buffers",
     ),
-    "one_thread": Step(
+    "one_thread": StepDown(
         name="one_thread",
         ceilings={"max_insert_delayed_streams_for_parallel_write": 1,
                   "max_download_buffer_size": DEFAULT_DOWNLOAD_BUFFER_BYTES, "max_parsing_threads": 1,
@@ -80,7 +80,7 @@ _STEPS: dict[StepName, Step] = {
         reason="one insert, reading, parsing and download thread, a sixteenth of the block, one delayed write "
                "stream, Parquet read in blocks of at most 8,192 rows",
     ),
-    "smallest": Step(
+    "smallest": StepDown(
         name="smallest",
         ceilings={"max_insert_delayed_streams_for_parallel_write": 1, "max_download_buffer_size": 1 * MiB,
                   "max_parsing_threads": 1, "max_download_threads": 1, "input_format_parquet_max_block_size": 1024,
@@ -95,7 +95,7 @@ _STEPS: dict[StepName, Step] = {
 THREAD_SETTINGS = ("max_insert_threads", "max_threads")
 
 
-def step(name: StepName) -> Step:
+def step(name: StepName) -> StepDown:
     """The step of this name."""
     return _STEPS[name]
 

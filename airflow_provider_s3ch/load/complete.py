@@ -1,0 +1,157 @@
+"""The ``complete`` phase: an insert's figures from ``system.query_log`` (or its staging table's mark), the
+staging table brought into the target with the ledger's marks around it; then the load's end, whatever its
+kind: the lineage facts, the typed report and its log lines (:mod:`.report`).
+
+Which statements finalize a load is :mod:`airflow_provider_s3ch.core.staging`'s; this phase reads the facts
+they need and runs them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
+
+from airflow_provider_s3ch.core.ledger import Chunk
+from airflow_provider_s3ch.core.lineage import LoadFacts
+from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics
+from airflow_provider_s3ch.core.models import LoadMetrics, LoadRequest, Manifest
+from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps
+from airflow_provider_s3ch.core.server_models import ClusterNode
+from airflow_provider_s3ch.core.sizes import fmt_bytes
+from airflow_provider_s3ch.core.staging import finalize_statements, mode_text
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.query_log import QueryLog
+from airflow_provider_s3ch.hooks.s3_source import S3Source
+from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_comment
+from airflow_provider_s3ch.load.insert import run_statements
+from airflow_provider_s3ch.load.ledger import LedgerRun
+from airflow_provider_s3ch.load.rebuild import StagingRead, before_finalize
+from airflow_provider_s3ch.load.report import Loaded, LoadEnd, LoadReport, build_report
+
+
+class Inserted(NamedTuple):
+    """Where an insert's figures are: its query id, the nodes it wrote on, and how it ran.
+
+    :param inserted_now: this try's own insert just filled the staging table (it exists; moving or replacing
+        partitions needs no comment); False when an earlier try's insert is brought in.
+    """
+
+    query_id: str
+    fan_out: Sequence[ClusterNode]
+    distributed: bool
+    inserted_now: bool
+
+
+class LedgerChunk(NamedTuple):
+    """A ledger load's chunk: the ledger run, the chunk, and the S3 connection a rebuild reads with."""
+
+    ledger: LedgerRun
+    chunk: Chunk
+    source: S3Source
+
+
+class Completion:
+    """The ``complete`` phase of one run.
+
+    :param hook: the ClickHouse connection.
+    :param queries: the query log the figures are read from.
+    :param log: the task's logger.
+    """
+
+    def __init__(self, hook: ClickHouseHook, queries: QueryLog, log: logging.Logger) -> None:
+        self.hook, self.queries, self.log = hook, queries, log
+
+    def insert(self, one: Loaded, inserted: Inserted, *, ledger: LedgerChunk | None = None,
+               metrics: LoadMetrics | None = None) -> Loaded:
+        """One insert's end: its figures from ``system.query_log`` (or, given, from the staging table's mark),
+        the staging table brought into the target (the ledger's marks around it)."""
+        if metrics is None:
+            queries, fan_out = self.queries, inserted.fan_out
+            entry = queries.entry(inserted.query_id, fan_out)
+            metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
+                                   distributed=inserted.distributed, target_distributed=one.target.is_distributed)
+        known: StagingRead | None = None
+        if ledger is not None:  # pending first (replace_partitions: rebuilt, docs/ledger.md)
+            known = before_finalize(ledger.ledger, ledger.chunk, metrics, one, inserted_now=inserted.inserted_now,
+                                    source=ledger.source)
+        moved = (self.finalize(one.steps, inserted_now=inserted.inserted_now, known=known, mark=FilledMark(
+            stem=one.steps.stem, query_id=inserted.query_id, figures=metrics.model_dump(mode="json")))
+            if one.steps.stem is not None else [])
+        if ledger is not None and known is not None:  # the partitions are in the target
+            ledger.ledger.loaded(metrics, ledger.chunk, [pid for pid, _ in known.partitions])
+        return one.done(metrics, moved, rebuilt=known.rebuilt if known is not None else None)
+
+    def finalize(self, steps: LoadSteps, *, inserted_now: bool, mark: FilledMark,
+                 known: StagingRead | None = None) -> list[str]:
+        """Bring the staging table's rows into the target, marked filled first; idempotent, so a retry can
+        resume it.
+
+        :param inserted_now: this try's own insert just filled the staging table: it exists, and moving or
+            replacing partitions needs no comment (one round trip less each; ``overwrite`` reads them).
+        :param known: the staging table's comment and partitions, and the rebuild table, as the ledger read them.
+        """
+        hook, staging = self.hook, steps.staging
+        assert staging is not None
+        comment = known.comment if known else "" if inserted_now and steps.finalize != "exchange" else table_comment(
+            hook, staging)
+        target_comment = None if steps.finalize != "exchange" else table_comment(hook, steps.target)
+        finalize = finalize_statements(
+            steps,
+            staging_comment=comment,
+            target_comment=target_comment,
+            staging_partitions=known.partitions if known else partitions(hook, staging) if comment is not None else [],
+            target_partitions=partitions(hook, steps.target) if steps.finalize == "exchange" else [],
+            mark=mark, rebuild=known.rebuild if known else None,
+        )
+        run_statements(hook, finalize.steps, self.log)
+        if finalize.done_before:
+            self.log.info("Staging table %s is gone: an earlier try finished this load", staging)
+        return finalize.partitions
+
+
+def lineage_facts(hook: ClickHouseHook, request: LoadRequest, loads: list[Loaded], end: LoadEnd,
+                  listing: Callable[[], Manifest], log: logging.Logger) -> LoadFacts | None:
+    """What the load's lineage and asset events say (names, the table's columns, the figures; no
+    credentials): the files as listed (by ``listing`` again, when a deferred load had too many to carry); None
+    when they cannot be read."""
+    last, objects, columns = loads[-1], end.objects, end.columns
+    metrics = combine_chunks([one.metrics for one in loads if one.metrics is not None])
+    try:
+        if objects is None:
+            objects = listing().objects
+        columns = columns if columns is not None else table_columns(hook, last.target)
+    except Exception as exc:  # noqa: BLE001 - lineage is best effort; the load stands
+        log.warning("Lineage: could not read the files or the columns of %s.%s: %s", last.target.database,
+                    last.target.name, exc)
+        if objects is None:
+            return None
+        columns = []
+    return LoadFacts(
+        bucket=request.bucket, objects=objects, host=hook.host, port=hook.port,
+        database=last.target.database, table=last.target.name, columns=columns, query_id=metrics.query_id,
+        written_rows=metrics.written_rows, written_bytes=metrics.written_bytes, read_rows=metrics.read_rows,
+        read_bytes=metrics.read_bytes, mode=last.steps.mode, created=bool(loads[0].table_changes.get("created")),
+        partitions=sorted({p for one in loads for p in one.partitions}), attached_to=last.attached_to, sql=last.sql,
+    )
+
+
+def load_report(loads: list[Loaded], end: LoadEnd, *, wall_ms: int, phases_ms: dict[str, float],
+                log: logging.Logger) -> LoadReport:
+    """The load's report, and its log lines: the rows, the speed and the peak; where the time went."""
+    metrics = combine_chunks([one.metrics for one in loads if one.metrics is not None])
+    moved = sorted({p for one in loads for p in one.partitions})
+    phases = {name: int(ms) for name, ms in phases_ms.items()}
+    phases[end.rest] = max(0, wall_ms - sum(phases.values()))
+    report = build_report(loads, metrics, moved, end, wall_ms=wall_ms, phases_ms=phases)
+    attached, steps = report.attached_to, loads[-1].steps
+    log.info("%s %d rows (%s) in %d ms%s%s: %.0f rows/s, peak memory %s; %s",
+             f"Took the figures of earlier try {attached}:" if isinstance(attached, str) else "Loaded",
+             metrics.written_rows, fmt_bytes(metrics.written_bytes), metrics.duration_ms,
+             f" over {len(loads)} chunks" if len(loads) > 1 else "",
+             f" (waited {metrics.admission_wait_ms} ms for admission, ran {metrics.run_ms} ms)"
+             if metrics.admission_wait_ms else "", metrics.rows_per_second,
+             fmt_bytes(metrics.memory_usage),
+             mode_text(steps.mode, moved))
+    log.info("Time: %d ms in all: %s", wall_ms, ", ".join(f"{name} {ms} ms" for name, ms in phases.items()))
+    return report
