@@ -213,3 +213,15 @@ def test_the_peak_band_is_quoted_with_its_high_end_read_from_the_low() -> None:
     """The band's width the tuning page gives (`the model's peak 1-1.49 × the cap`) is the reciprocal of its low
     end: a load is within the band when the cap lies between the prediction × the low end and the prediction."""
     assert f"1-{1 / PEAK_BAND[0]:.2f} × the cap" in (ROOT / "docs/tuning.md").read_text()
+
+
+def test_the_manual_runs_page_shows_the_examples_own_run_month() -> None:
+    """docs/retries-and-modes.md quotes the backfill example's macro: its lines are the example's, in order."""
+    page = (ROOT / "docs/retries-and-modes.md").read_text()
+    quoted = re.search(r"```python\n(def run_month\(dag_run\).*?)\n\n", page, re.DOTALL)
+    assert quoted is not None, "docs/retries-and-modes.md no longer quotes run_month"
+    body = [line.strip() for line in quoted.group(1).splitlines()[1:] if line.strip()]
+    example = [line.strip() for line in (ROOT / "example_dags/example_backfill.py").read_text().splitlines()]
+    start = example.index(body[0])
+    assert example[start:start + len(body)] == body
+    assert "the last month that ended before the trigger |" in page
