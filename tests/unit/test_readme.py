@@ -52,6 +52,7 @@ from airflow_provider_s3ch.core.plan.settings import (
 from airflow_provider_s3ch.core.plan.shrink import DEFAULT_DOWNLOAD_BUFFER_BYTES, step
 from airflow_provider_s3ch.core.schema import HEADER_SAMPLE_ROWS
 from airflow_provider_s3ch.core.sizes import MAX_SIZE, fmt_bytes
+from airflow_provider_s3ch.core.staging import PARTITIONS_PER_ALTER
 from airflow_provider_s3ch.hooks.clickhouse import DEFAULT_PORT, DEFAULT_SECURE_PORT, HTTP_PORTS
 from airflow_provider_s3ch.hooks.http_insert import start_insert_http
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
@@ -159,6 +160,8 @@ FIGURES: list[tuple[str, str]] = [
     ("docs/reference/sensor.md",
      f"`min_files` (default {inspect.signature(S3GlobSensor.__init__).parameters['min_files'].default})"),
     ("docs/lineage-and-assets.md", f"up to\n{MAX_INPUT_DATASETS} files. Beyond {MAX_INPUT_DATASETS}, the files"),
+    ("docs/lineage-and-assets.md", f"up to {MAX_INPUT_DATASETS} directories;"),
+    ("docs/retries-and-modes.md", f"(up to {PARTITIONS_PER_ALTER} a statement)"),
     ("docs/connections.md", f"port: {DEFAULT_PORT}, {DEFAULT_SECURE_PORT} with `secure`"),
     # tuning
     ("docs/tuning.md", f"`max(1, min(cores, {MIN_INSERT_THREADS}), cores // 2)`"),
