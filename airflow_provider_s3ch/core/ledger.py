@@ -50,6 +50,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -373,6 +374,14 @@ class Chunk(BaseModel):
         """``"chunk 8/20: 100 files, 1.2 GiB"``."""
         what = f"{len(self.files)} file{'s' if len(self.files) != 1 else ''}, {fmt_bytes(self.bytes)}"
         return what if self.number == WHOLE_FILE else f"chunk {self.number}/{self.total}: {what}"
+
+
+class ChunkStart(NamedTuple):
+    """A chunk about to be inserted: the chunk as it stands now, its manifest and the URL of its keys."""
+
+    chunk: Chunk
+    manifest: Manifest
+    url: str
 
 
 def chunks_of(sel: Selection) -> list[Chunk]:

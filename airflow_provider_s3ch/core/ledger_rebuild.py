@@ -16,6 +16,7 @@ ETag and in the load's bucket. When one is not, the load is refused before the t
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
+from typing import NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,6 +52,17 @@ class EarlierRow(BaseModel):
 
     def touches(self, partitions: Collection[str]) -> bool:
         return not self.partitions or any(p in partitions for p in self.partitions)
+
+
+class EarlierLoads(NamedTuple):
+    """What the other loads of a target recorded in some partitions."""
+
+    #: Their latest ``loaded`` and ``pending`` rows.
+    rows: list[EarlierRow]
+    #: The units among them whose staging table exists (their load may still move it).
+    in_flight: frozenset[str]
+    #: The smallest block number of this load's own ``pending`` rows there (0: none).
+    own_block: int
 
 
 class Rebuild(BaseModel):

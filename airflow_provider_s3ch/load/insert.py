@@ -30,6 +30,13 @@ from airflow_provider_s3ch.load.report import DeferLoad
 #: How long a failed load waits for its query to leave ``system.processes`` before it drops its staging table.
 ABANDON_WAIT_SECONDS = 10.0
 
+class Running(NamedTuple):
+    """The queries a run waits for or runs now, and the nodes they run on (what ``on_kill`` kills)."""
+
+    query_ids: list[str]
+    nodes: Sequence[ClusterNode]
+
+
 class PlannedInsert(NamedTuple):
     """An insert as the target phase planned it: the plan, its statement, the mode's steps and the query id."""
 
@@ -71,7 +78,7 @@ class Inserter:
     def __init__(self, hook: ClickHouseHook, credentials: S3Credentials | None, log: logging.Logger) -> None:
         self.hook, self.queries, self.credentials, self.log = hook, QueryLog(hook), credentials, log
         #: The queries running now, and their nodes (what ``on_kill`` kills).
-        self.running: tuple[list[str], Sequence[ClusterNode]] | None = None
+        self.running: Running | None = None
         #: The smaller plan an insert of this load needed after a memory limit (later chunks start from it).
         self.memory_step: StepName | None = None
 
@@ -180,7 +187,7 @@ class Inserter:
     def insert(self, rendered: RenderedSQL, query_id: QueryId, nodes: Sequence[ClusterNode], steps: LoadSteps) -> None:
         """One insert over the native protocol, into the staging table when there is one."""
         self.prepare(steps, query_id)
-        self.running = ([str(query_id)], nodes)
+        self.running = Running([str(query_id)], nodes)
         try:
             self.hook.run_insert(rendered.sql, query_id=str(query_id), settings=rendered.settings, log=self.log)
         except ClickHouseUnavailableError:
@@ -196,7 +203,7 @@ class Inserter:
         (:class:`DeferLoad`) with what the resumed task needs (``load``); returns only when the server finished
         it before it could be seen running (the load then goes on here, as one that did not defer)."""
         self.prepare(load.steps, query_id)
-        self.running = ([str(query_id)], load.insert_nodes)
+        self.running = Running([str(query_id)], load.insert_nodes)
         try:
             finished = start_insert_http(self.hook, rendered.sql, query_id=str(query_id),
                                          settings=rendered.settings, log=self.log)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
 from airflow_provider_s3ch.core.ledger import (
     DEFAULT_CLAIM_TIMEOUT,
     Chunk,
+    ChunkStart,
     Selection,
     assign_chunks,
     chunks_of,
@@ -29,7 +30,7 @@ from airflow_provider_s3ch.core.ledger import (
     summary,
     summary_line,
 )
-from airflow_provider_s3ch.core.ledger_rebuild import EarlierRow
+from airflow_provider_s3ch.core.ledger_rebuild import EarlierLoads, EarlierRow
 from airflow_provider_s3ch.core.ledger_request import check_steps, ledger_ref, target_name
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE, LedgerRow, LoadActivity, State, activity, unit_id
 from airflow_provider_s3ch.core.ledger_sql import (
@@ -56,14 +57,6 @@ from airflow_provider_s3ch.load.report import LoadReport, NothingNew, nothing_ne
 
 #: Settings of the ledger's writes: every state row is stored and visible when the INSERT returns.
 WRITE_SETTINGS = {"insert_deduplicate": 0, "async_insert": 0}
-
-class ChunkStart(NamedTuple):
-    """A chunk about to be inserted: the chunk as it stands now, its manifest and the URL of its keys."""
-
-    chunk: Chunk
-    manifest: Manifest
-    url: str
-
 
 class LedgerRun:
     """One load's use of the ledger: select and claim its files, then record ``pending`` before the staging
@@ -138,11 +131,9 @@ class LedgerRun:
                                  {"t": self.target, "b": self.bucket, "own": self.own}, external_tables=key_table(keys))
         return [LedgerRow.model_validate(dict(zip(READ_FIELDS, row, strict=True))) for row in data]
 
-    def earlier(self, partitions: Sequence[str]) -> tuple[list[EarlierRow], frozenset[str], int]:
-        """The latest ``loaded`` and ``pending`` rows of the target's other loads recorded in ``partitions``
-        (or in none, or of this load's keys), the units among them whose staging table exists, and the
-        smallest block number of this load's own ``pending`` rows there (0: none;
-        :mod:`~airflow_provider_s3ch.load.rebuild`)."""
+    def earlier(self, partitions: Sequence[str]) -> EarlierLoads:
+        """What the target's other loads recorded in ``partitions`` (or in none, or of this load's keys), for
+        :mod:`~airflow_provider_s3ch.load.rebuild`."""
         data = self.hook.execute(  # with this load's keys: a reloaded file's old versions, wherever they wrote
             render_read_partitions(self.ledger, FILES_TABLE), {"t": self.target, "p": list(partitions)},
             external_tables=key_table(o.key for o in self.files))
@@ -152,7 +143,7 @@ class LedgerRun:
         others = [r for r in rows if r.load_id != self.own]
         pending = [r for r in others if r.state == "pending"]
         in_flight = self.facts(pending).staging if pending else frozenset()
-        return others, in_flight, min((r.block for r in own if r.state == "pending"), default=0)
+        return EarlierLoads(others, in_flight, min((r.block for r in own if r.state == "pending"), default=0))
 
     def listed(self) -> list[S3Object]:
         """The whole listing's objects (what the glob matched)."""

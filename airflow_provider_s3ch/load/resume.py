@@ -12,7 +12,7 @@ from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, 
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.server import table_comment
-from airflow_provider_s3ch.load.insert import Inserter
+from airflow_provider_s3ch.load.insert import Inserter, Running
 from airflow_provider_s3ch.load.report import DeferLoad
 
 
@@ -55,7 +55,7 @@ class EarlierTries:
             if self.defers:  # the triggerer waits; the task then looks again
                 raise DeferLoad(kind="wait", query_ids=list(resume.query_ids),
                                 nodes=[n.model_dump(mode="json") for n in nodes], deadline=time.time() + timeout)
-            inserter.running = (resume.query_ids, nodes)
+            inserter.running = Running(list(resume.query_ids), nodes)
             try:
                 inserter.queries.wait_for_queries(resume.query_ids, nodes, timeout=timeout, log=self.log)
             finally:

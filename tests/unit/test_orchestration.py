@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_s3ch.core.errors import NothingMatchedError
-from airflow_provider_s3ch.core.ledger import Chunk
+from airflow_provider_s3ch.core.ledger import Chunk, ChunkStart
 from airflow_provider_s3ch.core.ledger_rows import unit_id
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.core.plan import make_plan
@@ -27,7 +27,6 @@ from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
 from airflow_provider_s3ch.errors import LoadError
 from airflow_provider_s3ch.load.complete import Inserted, LedgerChunk
 from airflow_provider_s3ch.load.insert import Fitted, PlannedInsert
-from airflow_provider_s3ch.load.ledger import ChunkStart
 from airflow_provider_s3ch.load.report import DeferLoad, Loaded, NothingNew, nothing_new_report
 from airflow_provider_s3ch.load.run import LoadRun, RunOptions, RunParts
 from airflow_provider_s3ch.load.target import Listed, Prefetched, TargetFacts
