@@ -67,6 +67,20 @@ def ledger_engine_problem(engine: str, engine_full: str) -> str | None:
     return None
 
 
+def render_ledger_table(ledger: TableRef) -> tuple[str, dict[str, object]]:
+    """What an existing ledger table is: its engine, its engine clause (:func:`ledger_engine_problem` takes both)
+    and whether it has the :data:`PARTITIONS_COLUMN` (1 or 0); no row when the table does not exist. The
+    statement and its parameters.
+
+    :param ledger: the ledger table (its database named).
+    """
+    return (
+        "SELECT engine, engine_full, (SELECT count() FROM system.columns WHERE database = %(d)s AND table = %(t)s "
+        f"AND name = '{PARTITIONS_COLUMN}') FROM system.tables WHERE database = %(d)s AND name = %(t)s",
+        {"d": ledger.database, "t": ledger.name},
+    )
+
+
 #: The columns a state row is written with (``claimed_at`` too for a state after a claim).
 WRITE_COLUMNS = ("table", "bucket", "key", "etag", "size", "last_modified", "chunk", "load_id", "query_id", "state",
                  "rows", "partitions")
