@@ -5,8 +5,8 @@ from ``airflow.providers.common.compat.sdk``, the seam the official providers us
 on Airflow 3, the older module's on Airflow 2); the rest, which it does not carry, have their fallback
 here. Nothing else in the package imports ``airflow.sdk`` (ruff's banned-api rule keeps it so).
 
-A feature that needs a newer Airflow says so when it is used: :func:`require` names the feature and
-the version, instead of an ``ImportError`` from deep inside.
+A feature that needs a newer Airflow says so when it is used: :func:`airflow_provider_s3ch.errors.require`
+names the feature and the version (from :data:`AIRFLOW` here), instead of an ``ImportError`` from deep inside.
 """
 
 from __future__ import annotations
@@ -81,22 +81,6 @@ class ConnectionForm:
             cls.get_ui_field_behaviour = classmethod(_ui_field_behaviour)  # type: ignore[attr-defined]
 
 
-def require(feature: str, version: str) -> None:
-    """Refuse a feature the running Airflow is too old for, naming both.
-
-    :param feature: what the user asked for, in their terms (an argument, a DAG option).
-    :param version: the oldest Airflow that has it, e.g. ``"3.0"``.
-    :raises NeedsNewerAirflowError: when the running Airflow is older.
-    """
-    from airflow_provider_s3ch.errors import NeedsNewerAirflowError
-
-    if Version(version) > AIRFLOW:
-        raise NeedsNewerAirflowError(
-            f"{feature} needs Apache Airflow {version} or later; this is Airflow {AIRFLOW_VERSION}: "
-            f"upgrade Airflow, or leave {feature} out"
-        )
-
-
 __all__ = [
     "AIRFLOW",
     "AIRFLOW_3",
@@ -114,5 +98,4 @@ __all__ = [
     "PokeReturnValue",
     "conf",
     "mask_secret",
-    "require",
 ]

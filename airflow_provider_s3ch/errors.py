@@ -17,7 +17,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from airflow_provider_s3ch.compat import AirflowException, AirflowFailException, AirflowNotFoundException
+from packaging.version import Version
+
+from airflow_provider_s3ch.compat import (
+    AIRFLOW,
+    AIRFLOW_VERSION,
+    AirflowException,
+    AirflowFailException,
+    AirflowNotFoundException,
+)
 from airflow_provider_s3ch.core import errors as core
 
 
@@ -39,6 +47,20 @@ class InvalidRequestError(S3chTerminalError, core.InvalidRequestError):
 
 class NeedsNewerAirflowError(S3chTerminalError):
     """A feature of the provider that the running Airflow does not have (the message names both)."""
+
+
+def require(feature: str, version: str) -> None:
+    """Refuse a feature the running Airflow is too old for, naming both.
+
+    :param feature: what the user asked for, in their terms (an argument, a DAG option).
+    :param version: the oldest Airflow that has it, e.g. ``"3.0"``.
+    :raises NeedsNewerAirflowError: when the running Airflow is older.
+    """
+    if Version(version) > AIRFLOW:
+        raise NeedsNewerAirflowError(
+            f"{feature} needs Apache Airflow {version} or later; this is Airflow {AIRFLOW_VERSION}: "
+            f"upgrade Airflow, or leave {feature} out"
+        )
 
 
 class NoObjectsError(S3chTerminalError, core.NoObjectsError):

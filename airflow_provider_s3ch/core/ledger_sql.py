@@ -57,16 +57,6 @@ def key_table(keys: Iterable[str]) -> list[dict[str, Any]]:
     return [{"name": FILES_TABLE, "structure": [("key", "String")], "data": [{"key": k} for k in dict.fromkeys(keys)]}]
 
 
-def render_ledger_facts(ledger: TableRef) -> tuple[str, dict[str, str]]:
-    """The read of what a table named as the ledger is: its engine, its engine's full clause, and whether it
-    has the :data:`PARTITIONS_COLUMN` (one row; none when no table has the name)."""
-    return (
-        "SELECT engine, engine_full, (SELECT count() FROM system.columns WHERE database = %(d)s AND table = %(t)s "
-        f"AND name = '{PARTITIONS_COLUMN}') FROM system.tables WHERE database = %(d)s AND name = %(t)s",
-        {"d": ledger.database or "", "t": ledger.name},
-    )
-
-
 def render_add_partitions(ledger: TableRef) -> str:
     """``ALTER TABLE … ADD COLUMN IF NOT EXISTS partitions``: a ledger from before partitions were kept."""
     return (f"ALTER TABLE {render_table(ledger)} ADD COLUMN IF NOT EXISTS `partitions` Array(String) DEFAULT [] "
@@ -84,6 +74,20 @@ def ledger_engine_problem(engine: str, engine_full: str) -> str | None:
     if "enable_block_number_column = 1" not in engine_full:
         return "it lacks SETTINGS enable_block_number_column = 1 (the order of claims)"
     return None
+
+
+def render_ledger_table(ledger: TableRef) -> tuple[str, dict[str, object]]:
+    """What an existing ledger table is: its engine, its engine clause (:func:`ledger_engine_problem` takes both)
+    and whether it has the :data:`PARTITIONS_COLUMN` (1 or 0); no row when the table does not exist. The
+    statement and its parameters.
+
+    :param ledger: the ledger table (its database named).
+    """
+    return (
+        "SELECT engine, engine_full, (SELECT count() FROM system.columns WHERE database = %(d)s AND table = %(t)s "
+        f"AND name = '{PARTITIONS_COLUMN}') FROM system.tables WHERE database = %(d)s AND name = %(t)s",
+        {"d": ledger.database, "t": ledger.name},
+    )
 
 
 #: The columns a state row is written with (``claimed_at`` too for a state after a claim).

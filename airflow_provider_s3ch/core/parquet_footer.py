@@ -16,7 +16,7 @@ checks it against pyarrow's own reading of generated files.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 MAGIC = b"PAR1"
 
@@ -87,39 +87,65 @@ class _Reader:
         return size, kind
 
     def skip_value(self, kind: int, *, in_field: bool, depth: int = 0) -> None:
+        """Skip one value of wire type ``kind`` (``in_field``: a struct's field, whose bool is in its header)."""
         if depth > _MAX_DEPTH:
             raise FooterError("the footer nests deeper than Parquet does")
-        if kind in (_TRUE, _FALSE):
-            if not in_field:  # a field's bool is its type; a list's bools are a byte each
-                self.skip(1)
-        elif kind == _BYTE:
-            self.skip(1)
-        elif kind in (_I16, _I32, _I64):
-            self.varint()
-        elif kind == _DOUBLE:
-            self.skip(8)
-        elif kind == _UUID:
-            self.skip(16)
-        elif kind == _BINARY:
-            self.skip(self.varint())
-        elif kind in (_LIST, _SET):
-            size, element = self.collection()
-            for _ in range(size):
-                self.skip_value(element, in_field=False, depth=depth + 1)
-        elif kind == _MAP:
-            size = self.varint()
-            if size:
-                if 2 * size > self.left():
-                    raise FooterError(f"a map claims {size} entries, {self.left()} bytes are left")
-                types = self.byte()
-                for _ in range(size):
-                    self.skip_value(types >> 4, in_field=False, depth=depth + 1)
-                    self.skip_value(types & 0x0F, in_field=False, depth=depth + 1)
-        elif kind == _STRUCT:
-            for _, field_kind in self.fields():
-                self.skip_value(field_kind, in_field=True, depth=depth + 1)
-        else:
+        size = _FIXED_SIZES.get(kind)
+        if size is not None:
+            self.skip(size)
+            return
+        skip = _SKIP_BY_KIND.get(kind)
+        if skip is None:
             raise FooterError(f"unknown Thrift wire type {kind}")
+        skip(self, in_field, depth + 1)
+
+    def _skip_bool(self, in_field: bool, depth: int) -> None:
+        if not in_field:  # a field's bool is its type; a list's bools are a byte each
+            self.skip(1)
+
+    def _skip_varint(self, in_field: bool, depth: int) -> None:
+        self.varint()
+
+    def _skip_binary(self, in_field: bool, depth: int) -> None:
+        self.skip(self.varint())
+
+    def _skip_list(self, in_field: bool, depth: int) -> None:
+        size, element = self.collection()
+        for _ in range(size):
+            self.skip_value(element, in_field=False, depth=depth)
+
+    def _skip_map(self, in_field: bool, depth: int) -> None:
+        size = self.varint()
+        if not size:
+            return
+        if 2 * size > self.left():
+            raise FooterError(f"a map claims {size} entries, {self.left()} bytes are left")
+        types = self.byte()
+        for _ in range(size):
+            self.skip_value(types >> 4, in_field=False, depth=depth)
+            self.skip_value(types & 0x0F, in_field=False, depth=depth)
+
+    def _skip_struct(self, in_field: bool, depth: int) -> None:
+        for _, field_kind in self.fields():
+            self.skip_value(field_kind, in_field=True, depth=depth)
+
+
+#: The wire types of a fixed size: their bytes.
+_FIXED_SIZES = {_BYTE: 1, _DOUBLE: 8, _UUID: 16}
+
+#: How the other wire types are skipped (with the value's place and its elements' depth).
+_SKIP_BY_KIND: dict[int, Callable[[_Reader, bool, int], None]] = {
+    _TRUE: _Reader._skip_bool,
+    _FALSE: _Reader._skip_bool,
+    _I16: _Reader._skip_varint,
+    _I32: _Reader._skip_varint,
+    _I64: _Reader._skip_varint,
+    _BINARY: _Reader._skip_binary,
+    _LIST: _Reader._skip_list,
+    _SET: _Reader._skip_list,
+    _MAP: _Reader._skip_map,
+    _STRUCT: _Reader._skip_struct,
+}
 
 
 def metadata_length(tail: bytes) -> int:

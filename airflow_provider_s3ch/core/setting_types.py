@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from typing import NamedTuple
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.models import SettingValue
@@ -56,37 +57,60 @@ def _threads(text: str) -> bool:
     return _PLAIN_UINT_RE.fullmatch(text) is not None or text == "auto" or _AUTO_N_RE.fullmatch(text) is not None
 
 
-def _rule(type_name: str) -> tuple[str, Callable[[str], bool]] | None:
+class _Rule(NamedTuple):
+    """What a type takes (for the message) and a predicate over the value's text."""
+
+    what: str
+    takes: Callable[[str], bool]
+
+
+def _float(text: str) -> bool:
+    return _FLOAT_RE.fullmatch(text) is not None
+
+
+def _bool(text: str) -> bool:
+    return text.lower() in _BOOL
+
+
+#: The types known by name.
+_RULES: dict[str, _Rule] = {
+    "NonZeroUInt64": _Rule(f"{_UINT}, not 0", _non_zero_uint),
+    "MaxThreads": _Rule("a whole number of threads >= 0, 'auto' (0 means it too: the server's cores) or 'auto(N)'",
+                        _threads),
+    "UInt64Auto": _Rule(f"{_UINT}, or 'auto'", lambda t: _uint(t) or t == "auto"),
+    "Milliseconds": _Rule("a whole number of milliseconds >= 0", _uint),
+    "Float": _Rule(_FLOAT, _float),
+    "Double": _Rule(_FLOAT, _float),
+    "FloatAuto": _Rule(f"{_FLOAT}, or 'auto'", lambda t: _float(t) or t == "auto"),
+    "Seconds": _Rule(_SECONDS, _float),
+    "Bool": _Rule(_BOOL_TEXT, _bool),
+    "BoolAuto": _Rule(f"{_BOOL_TEXT}, or 'auto'", lambda t: _bool(t) or t == "auto"),
+    "Char": _Rule("one character", lambda t: len(t) <= 1),
+}
+
+#: The integer types of every width (UInt8 ... UInt64, Int8 ... Int64).
+_RULES_BY_PATTERN: tuple[tuple[re.Pattern[str], _Rule], ...] = (
+    (re.compile(r"UInt\d+"), _Rule(_UINT, _uint)),
+    (re.compile(r"Int\d+"), _Rule(_INT, lambda t: _INT_RE.fullmatch(t) is not None)),
+)
+
+#: Every other type is one of the server's enumerations (LoadBalancing, OverflowMode, JoinAlgorithm, ...): which
+#: names it takes the server knows; a value that is no name at all is refused here.
+_ENUM_TYPE_RE = re.compile(r"[A-Z][A-Za-z0-9]*")
+_ENUM_RULE = _Rule("one of the names the server lists for it (letters, digits, '_', several joined by commas for "
+                   "some)", lambda t: _ENUM_RE.fullmatch(t) is not None)
+
+
+def _rule(type_name: str) -> _Rule | None:
     """What ``type_name`` takes (for the message) and a predicate over the value's text; None: not judged."""
-    if type_name == "NonZeroUInt64":
-        return f"{_UINT}, not 0", _non_zero_uint
-    if type_name == "MaxThreads":
-        return "a whole number of threads >= 0, 'auto' (0 means it too: the server's cores) or 'auto(N)'", _threads
-    if type_name == "UInt64Auto":
-        return f"{_UINT}, or 'auto'", lambda t: _uint(t) or t == "auto"
-    if re.fullmatch(r"UInt\d+", type_name) or type_name == "Milliseconds":
-        what = _UINT if type_name != "Milliseconds" else "a whole number of milliseconds >= 0"
-        return what, _uint
-    if re.fullmatch(r"Int\d+", type_name):
-        return _INT, lambda t: _INT_RE.fullmatch(t) is not None
-    if type_name in ("Float", "Double"):
-        return _FLOAT, lambda t: _FLOAT_RE.fullmatch(t) is not None
-    if type_name == "FloatAuto":
-        return f"{_FLOAT}, or 'auto'", lambda t: _FLOAT_RE.fullmatch(t) is not None or t == "auto"
-    if type_name == "Seconds":
-        return _SECONDS, lambda t: _FLOAT_RE.fullmatch(t) is not None
-    if type_name == "Bool":
-        return _BOOL_TEXT, lambda t: t.lower() in _BOOL
-    if type_name == "BoolAuto":
-        return f"{_BOOL_TEXT}, or 'auto'", lambda t: t.lower() in _BOOL or t == "auto"
-    if type_name == "Char":
-        return "one character", lambda t: len(t) <= 1
-    if type_name in _FREE_TEXT or not re.fullmatch(r"[A-Z][A-Za-z0-9]*", type_name):
+    if type_name in _RULES:
+        return _RULES[type_name]
+    for pattern, rule in _RULES_BY_PATTERN:
+        if pattern.fullmatch(type_name):
+            return rule
+    if type_name in _FREE_TEXT or not _ENUM_TYPE_RE.fullmatch(type_name):
         return None
-    # Every other type is one of the server's enumerations (LoadBalancing, OverflowMode, JoinAlgorithm, ...):
-    # which names it takes the server knows; a value that is no name at all is refused here.
-    return ("one of the names the server lists for it (letters, digits, '_', several joined by commas for some)",
-            lambda t: _ENUM_RE.fullmatch(t) is not None)
+    return _ENUM_RULE
 
 
 def setting_text(value: SettingValue) -> str:

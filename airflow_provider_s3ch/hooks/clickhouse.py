@@ -26,6 +26,7 @@ from airflow_provider_s3ch.compat import ConnectionForm
 from airflow_provider_s3ch.core.errors import classify_server_error, is_query_memory_limit, server_text
 from airflow_provider_s3ch.core.rows_out import data_fix, quotes_data
 from airflow_provider_s3ch.core.server_models import ClusterNode
+from airflow_provider_s3ch.core.server_sql import TEST_CONNECTION_SQL, WHO_AM_I_SQL
 from airflow_provider_s3ch.errors import (
     ClickHouseAuthError,
     ClickHouseQueryError,
@@ -88,7 +89,7 @@ class ClickHouseHook(ConnectionForm, DbApiHook):
     conn_type = NATIVE_CONN_TYPE
     hook_name = "ClickHouse (native protocol)"
     supports_autocommit = True  # every statement commits on its own: there is nothing to commit
-    _test_connection_sql = "SELECT 1"
+    _test_connection_sql = TEST_CONNECTION_SQL
 
     def __init__(self, clickhouse_conn_id: str = default_conn_name, *, schema: str | None = None, **kw: Any) -> None:
         # Airflow's SQL operators pass the connection's extras as keyword arguments: DbApiHook ignores them.
@@ -170,7 +171,7 @@ class ClickHouseHook(ConnectionForm, DbApiHook):
         """Log in and ask the server who it is (Airflow's connection test); the message names the problem."""
         client = self.client_for(self.host, self.port, fresh=True)
         try:
-            rows = client.execute("SELECT version(), currentUser(), currentDatabase()")
+            rows = client.execute(WHO_AM_I_SQL)
         except Exception as exc:  # noqa: BLE001 - the test reports, it does not raise
             message = str(self.translate_error(exc))
             if isinstance(exc, ch_errors.UnexpectedPacketFromServerError) or self.port in HTTP_PORTS:

@@ -8,7 +8,7 @@ import logging
 import select
 import ssl
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlencode
 
 from tenacity import RetryCallState
@@ -42,10 +42,38 @@ def http_endpoint(hook: ClickHouseHook) -> tuple[str, int, bool]:
         ) from None
 
 
+class ConfirmWait(NamedTuple):
+    """How :func:`start_insert_http` waits for the server to list the query it sent."""
+
+    #: How long to wait (it may wait for admission); None: the connection's ``send_receive_timeout`` (3600 s),
+    #: as long as a native query may go silent.
+    timeout: float | None = None
+    #: Seconds between two looks at ``system.processes`` in the first 5 s (then 1 s).
+    interval: float = 0.1
+    #: Seconds between two log lines while the server has not listed the query.
+    log_every: float = 30.0
+
+
+#: The wait a deferrable load's start uses.
+CONFIRM_WAIT = ConfirmWait()
+
+
+def _connection(hook: ClickHouseHook, options: dict[str, Any]) -> tuple[http.client.HTTPConnection, str]:
+    """A connection to the server's HTTP interface (TLS with ``secure``, verified unless ``verify`` is false), and
+    its ``host:port``."""
+    host, port, secure = http_endpoint(hook)
+    timeout = float(options.get("connect_timeout") or 10)
+    if not secure:
+        return http.client.HTTPConnection(host, port, timeout=timeout), f"{host}:{port}"
+    context = ssl.create_default_context(cafile=options.get("ca_certs") or None)
+    if options.get("verify") is False:
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    return http.client.HTTPSConnection(host, port, timeout=timeout, context=context), f"{host}:{port}"
+
+
 def start_insert_http(
     hook: ClickHouseHook, sql: str, *, query_id: str, settings: dict[str, Any] | None = None,
-    log: logging.Logger | None = None, confirm_timeout: float | None = None, interval: float = 0.1,
-    log_every: float = 30.0,
+    log: logging.Logger | None = None, wait: ConfirmWait = CONFIRM_WAIT,
 ) -> bool:
     """Start the load over the server's HTTP interface under ``query_id`` and return once the server runs
     it, without waiting for its end: the server goes on with an HTTP query whose client went away, so the
@@ -64,10 +92,7 @@ def start_insert_http(
     :param query_id: the load's query id.
     :param settings: the settings sent beside the statement.
     :param log: where to say what happened (never the statement).
-    :param confirm_timeout: how long to wait for the server to list the query (it may wait for admission);
-        default: the connection's ``send_receive_timeout`` (3600 s), as long as a native query may go silent.
-    :param interval: seconds between two looks at ``system.processes`` in the first 5 s (then 1 s).
-    :param log_every: seconds between two log lines while the server has not listed the query.
+    :param wait: how long and how often to look for the query in ``system.processes``.
     :return: True when the server had already finished the load before it was seen running (a short
         load); False when it runs.
     :raises S3chError: the server refused or failed the statement (by its code, as over the native
@@ -75,23 +100,13 @@ def start_insert_http(
         time (:class:`LoadError`; the query is killed).
     """
     options = hook.client_options
-    host, port, secure = http_endpoint(hook)
-    timeout = float(options.get("connect_timeout") or 10)
     path = "/?" + urlencode(http_params(query_id, hook.database, dict(settings or {})))
     headers = {
         "X-ClickHouse-User": hook.login,
         "X-ClickHouse-Key": str(options.get("password") or ""),
         "Content-Type": "text/plain; charset=UTF-8",
     }
-    conn: http.client.HTTPConnection
-    if secure:
-        context = ssl.create_default_context(cafile=options.get("ca_certs") or None)
-        if options.get("verify") is False:
-            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
-        conn = http.client.HTTPSConnection(host, port, timeout=timeout, context=context)
-    else:
-        conn = http.client.HTTPConnection(host, port, timeout=timeout)
-    where = f"{host}:{port}"
+    conn, where = _connection(hook, options)
     try:
         try:
             conn.request("POST", path, body=sql.encode(), headers=headers)
@@ -102,12 +117,13 @@ def start_insert_http(
                 "server's HTTP port"
             ) from exc
         sent = time.monotonic()
-        limit = float(confirm_timeout if confirm_timeout is not None else options.get("send_receive_timeout") or 3600)
+        limit = float(wait.timeout if wait.timeout is not None else options.get("send_receive_timeout") or 3600)
 
         def look() -> bool | None:
             """The server's answer (True: finished), False once it lists the query, None while neither.
-            The wait is the socket's: every ``interval`` at first, then every second (admission may be long)."""
-            readable, _, _ = select.select([conn.sock], [], [], interval if time.monotonic() - sent < 5 else 1.0)
+            The wait is the socket's: every ``wait.interval`` at first, then every second (admission may be long)."""
+            pause = wait.interval if time.monotonic() - sent < 5 else 1.0
+            readable, _, _ = select.select([conn.sock], [], [], pause)
             if readable:
                 return _http_outcome(hook, conn, where)
             return False if is_listed(hook, query_id) else None
@@ -116,7 +132,7 @@ def start_insert_http(
 
         def waiting(state: RetryCallState) -> None:
             now = time.monotonic()
-            if log is not None and now - logged[0] >= log_every:
+            if log is not None and now - logged[0] >= wait.log_every:
                 logged[0] = now
                 log.info("The server at %s has not started query %s yet, %.0f s after it was sent (under a "
                          "workload, it waits for admission): waiting for it before deferring", where, query_id,

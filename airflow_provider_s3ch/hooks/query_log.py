@@ -15,10 +15,21 @@ from typing import TYPE_CHECKING, Any
 from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from airflow_provider_s3ch.core.deferral import LoggedQuery, Look, RunningQuery
-from airflow_provider_s3ch.core.history import HISTORY_DAYS, HISTORY_LOADS, PastLoad, parse_tag, tag_prefix
-from airflow_provider_s3ch.core.metrics import QUERY_LOG_COLUMNS, QueryLogRow
+from airflow_provider_s3ch.core.history import PastLoad, parse_tag
+from airflow_provider_s3ch.core.metrics import QueryLogRow
 from airflow_provider_s3ch.core.recovery import EarlierTry, QueryId
 from airflow_provider_s3ch.core.server_models import ClusterNode
+from airflow_provider_s3ch.core.server_sql import (
+    render_entry,
+    render_is_listed,
+    render_kill_query,
+    render_last_entry,
+    render_logged_tries,
+    render_past_loads,
+    render_running_queries,
+    render_running_tries,
+    render_secondary_queries,
+)
 from airflow_provider_s3ch.core.sql import render_flush_logs
 from airflow_provider_s3ch.errors import ClickHouseQueryError, LoadError, S3chError
 
@@ -32,10 +43,6 @@ _log = logging.getLogger(__name__)
 #: What an older server is sent (:func:`flush_logs`).
 FLUSH_ALL_LOGS = render_flush_logs(None)
 
-_LOG_SQL = (
-    f"SELECT {', '.join(QUERY_LOG_COLUMNS)} FROM system.query_log WHERE {{where}} "
-    "AND type != 'QueryStart' AND event_date >= yesterday() ORDER BY event_time_microseconds"
-)
 
 def flush_logs(hook: ClickHouseHook, nodes: Sequence[ClusterNode] = (), *, client: Client | None = None) -> None:
     """``SYSTEM FLUSH LOGS`` on ``client``, else on each node (the connection's node when there are none), so
@@ -68,18 +75,19 @@ def _version(client: Client) -> tuple[int, int] | None:
 
 def is_listed(hook: ClickHouseHook, query_id: str) -> bool:
     """Whether the connection's node lists ``query_id`` in ``system.processes`` (it admitted and runs it)."""
-    return bool(hook.execute("SELECT count() FROM system.processes WHERE query_id = %(q)s", {"q": query_id})[0][0])
+    return bool(hook.execute(*render_is_listed(query_id))[0][0])
 
 
 def kill_query(hook: ClickHouseHook, query_id: str, nodes: Sequence[ClusterNode] = ()) -> None:
     """``KILL QUERY`` a query id and its secondary queries on each node (best effort), on fresh
     connections: the cached client is busy with the load while ``on_kill`` runs in another thread."""
+    statement = render_kill_query(query_id)
     for host, port in [(n.host, n.port) for n in nodes] or [(hook.host, hook.port)]:
         client = hook.client_for(host, port, fresh=True)
         try:
-            client.execute("KILL QUERY WHERE query_id = %(q)s OR initial_query_id = %(q)s ASYNC", {"q": query_id})
+            client.execute(*statement)
         except Exception as exc:  # noqa: BLE001 - best effort on kill
-            hook.log.warning("KILL QUERY on %s:%s failed: %s", host, port, exc)
+            hook.log.warning("On %s:%s, KILL QUERY failed: %s", host, port, exc)
         finally:
             client.disconnect()
 
@@ -105,17 +113,11 @@ class QueryLog:
         """Every try of ``query_id``'s stem: running (``system.processes``, itself or its secondary
         queries) or done (``system.query_log``, after flushing), on each node."""
         out: list[EarlierTry] = []
-        params = {"r": query_id.pattern}
+        running_sql, logged_sql = render_running_tries(query_id.pattern), render_logged_tries(query_id.pattern)
         for address, client in self.hook.node_clients(nodes):
-            running = self.hook.execute(
-                "SELECT DISTINCT if(match(query_id, %(r)s), query_id, initial_query_id) FROM system.processes "
-                "WHERE match(query_id, %(r)s) OR match(initial_query_id, %(r)s)", params, client=client,
-            )
+            running = self.hook.execute(*running_sql, client=client)
             flush_logs(self.hook, client=client)
-            done = self.hook.rows(
-                QueryLogRow,
-                _LOG_SQL.format(where="match(query_id, %(r)s) AND is_initial_query"), params, client=client,
-            )
+            done = self.hook.rows(QueryLogRow, *logged_sql, client=client)
             out += [EarlierTry.of(str(q), "running", None, address) for (q,) in running]
             out += [EarlierTry.of(r.query_id, "finished" if r.finished else "failed", r.error, address) for r in done]
         return out
@@ -123,13 +125,11 @@ class QueryLog:
     def running_queries(self, query_ids: Sequence[str], nodes: Sequence[ClusterNode] = ()) -> list[tuple[Any, ...]]:
         """(node, query_id, elapsed, read_rows, written_rows) of each running query among ``query_ids``
         or their secondary queries, on each node."""
+        statement = render_running_queries(query_ids)
         return [
             (address, *row)
             for address, client in self.hook.node_clients(nodes)
-            for row in self.hook.execute(
-                "SELECT query_id, elapsed, read_rows, written_rows FROM system.processes "
-                "WHERE query_id IN %(q)s OR initial_query_id IN %(q)s", {"q": tuple(query_ids)}, client=client,
-            )
+            for row in self.hook.execute(*statement, client=client)
         ]
 
     def wait_for_queries(
@@ -163,8 +163,7 @@ class QueryLog:
 
         def read() -> list[QueryLogRow]:
             flush_logs(self.hook, nodes)
-            return self.hook.rows(QueryLogRow, _LOG_SQL.format(where="query_id = %(q)s"), {"q": query_id},
-                             node=self.hook.address)
+            return self.hook.rows(QueryLogRow, *render_entry(query_id), node=self.hook.address)
 
         entries = poll(wait)(read)
         if not entries:
@@ -175,13 +174,11 @@ class QueryLog:
 
     def secondary_queries(self, query_id: str, nodes: Sequence[ClusterNode]) -> list[QueryLogRow]:
         """The finished secondary queries of ``query_id`` on each node (logs already flushed)."""
+        statement = render_secondary_queries(query_id)
         return [
             row
             for address, client in self.hook.node_clients(nodes)
-            for row in self.hook.rows(
-                QueryLogRow, _LOG_SQL.format(where="initial_query_id = %(q)s AND is_initial_query = 0"),
-                {"q": query_id}, client=client, node=address,
-            )
+            for row in self.hook.rows(QueryLogRow, *statement, client=client, node=address)
         ]
 
     def past_loads(self, key: str) -> list[PastLoad]:
@@ -189,13 +186,7 @@ class QueryLog:
         at most ``HISTORY_LOADS`` of the last ``HISTORY_DAYS`` days, on the connection's node. A server whose
         ``system.query_log`` cannot be read gives none: the plan is then the planner's alone."""
         try:
-            rows = self.hook.execute(
-                "SELECT log_comment, written_bytes, written_rows, memory_usage, query_duration_ms "
-                "FROM system.query_log WHERE type = 'QueryFinish' AND is_initial_query "
-                "AND event_date >= today() - %(days)s AND startsWith(log_comment, %(p)s) "
-                "ORDER BY event_time_microseconds DESC LIMIT %(n)s",
-                {"p": tag_prefix(key), "days": HISTORY_DAYS, "n": HISTORY_LOADS},
-            )
+            rows = self.hook.execute(*render_past_loads(key))
         except S3chError as exc:
             _log.warning("No history of earlier loads (system.query_log: %s): planning without it", exc)
             return []
@@ -220,10 +211,5 @@ class QueryLog:
         if running or not logged:
             return Look(running=running)
         flush_logs(self.hook, nodes)
-        entries = self.hook.rows(
-            LoggedQuery,
-            "SELECT query_id, toString(type) AS type, exception, exception_code, read_rows, written_rows "
-            "FROM system.query_log WHERE query_id = %(q)s AND type != 'QueryStart' AND event_date >= yesterday() "
-            "ORDER BY event_time_microseconds DESC LIMIT 1", {"q": query_ids[0]},
-        )
+        entries = self.hook.rows(LoggedQuery, *render_last_entry(query_ids[0]))
         return Look(logged=entries[0] if entries else None)

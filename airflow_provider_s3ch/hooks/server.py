@@ -31,6 +31,17 @@ from airflow_provider_s3ch.core.server_models import (
     TableInfo,
     WorkloadEntity,
 )
+from airflow_provider_s3ch.core.server_sql import (
+    KNOWN_CLUSTERS_SQL,
+    VERSION_SQL,
+    WORKLOADS_SQL,
+    lost_create_race,
+    render_cluster_nodes,
+    render_partitions,
+    render_table_comment,
+    render_table_engine,
+    render_table_exists,
+)
 from airflow_provider_s3ch.core.sql import RenderedSQL
 from airflow_provider_s3ch.core.tables import KEEPER_PROBE, Ddl
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, ClusterError, S3chError, TableError
@@ -40,17 +51,6 @@ if TYPE_CHECKING:
     from clickhouse_driver import Client
 
     from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-
-#: A node's workload scheduling in one read: its workloads (name, parent, DDL) and resources (name, DDL).
-WORKLOADS_SQL = (
-    "SELECT (SELECT groupArray((name, parent, create_query)) FROM system.workloads), "
-    "(SELECT groupArray((name, create_query)) FROM system.resources)"
-)
-_COMMENT_SQL = "SELECT comment FROM system.tables WHERE database = %(d)s AND name = %(t)s"
-_ENGINE_SQL = "SELECT engine FROM system.tables WHERE database = %(d)s AND name = %(t)s"
-_EXISTS_SQL = "SELECT count() FROM system.tables WHERE database = %(d)s AND name = %(t)s"
-#: ``TABLE_ALREADY_EXISTS``: another creator won the race; ``CREATE … IF NOT EXISTS`` may still say so.
-TABLE_ALREADY_EXISTS = 57
 
 
 # ---------------------------------------------------------------------- the profile
@@ -83,7 +83,7 @@ def get_profile(
     if not memory:
         memory, memory_source = _first(hook, MEMORY_PROBES, hook.client())
     return ServerProfile(
-        version=str(version or hook.execute("SELECT version()")[0][0]),
+        version=str(version or hook.execute(VERSION_SQL)[0][0]),
         cores=cores,
         memory_bytes=int(memory or 0),
         memory_source=memory_source or "unknown",
@@ -178,12 +178,9 @@ def _cores(hook: ClickHouseHook, client: Client, fallback: int | None = None) ->
 
 def cluster_nodes(hook: ClickHouseHook, cluster: str) -> list[ClusterNode]:
     """The cluster's replicas from ``system.clusters``; :class:`ClusterError` when it is not there."""
-    nodes = hook.rows(
-        ClusterNode, "SELECT host_name AS host, port, shard_num, replica_num, is_local FROM system.clusters "
-        "WHERE cluster = %(c)s ORDER BY shard_num, replica_num", {"c": cluster},
-    )
+    nodes = hook.rows(ClusterNode, *render_cluster_nodes(cluster))
     if not nodes:
-        known = [r[0] for r in hook.execute("SELECT DISTINCT cluster FROM system.clusters")]
+        known = [r[0] for r in hook.execute(KNOWN_CLUSTERS_SQL)]
         raise ClusterError(
             f"cluster {cluster!r} is not in system.clusters (known: {', '.join(known) or 'none'}); "
             "fix the operator's cluster argument or the connection extra 'cluster'"
@@ -206,25 +203,21 @@ def table_facts(hook: ClickHouseHook, table: TableRef) -> TableInfo:
     info = table_info(database, table.name, *rows[0][:4])
     info.database_engine, info.dependent_views = rows[0][4] or None, list(rows[0][5])
     if info.local_database and info.local_table:
-        local = hook.execute(_ENGINE_SQL, {"d": info.local_database, "t": info.local_table})
+        local = hook.execute(*render_table_engine(info.local_database, info.local_table))
         info.local_engine = local[0][0] if local else None
     return info
 
 
 def table_comment(hook: ClickHouseHook, table: TableRef) -> str | None:
     """The table's comment ('' when none); None when the table does not exist."""
-    rows = hook.execute(_COMMENT_SQL, {"d": table.database or hook.database, "t": table.name})
+    rows = hook.execute(*render_table_comment(table.database or hook.database, table.name))
     return str(rows[0][0]) if rows else None
 
 
 def partitions(hook: ClickHouseHook, table: TableRef) -> list[tuple[str, str]]:
     """(partition_id, partition) of the table's active parts that hold rows (a partition moved
     away leaves an empty active part behind for a while: it is no partition of the data)."""
-    rows = hook.execute(
-        "SELECT partition_id, any(partition) FROM system.parts WHERE database = %(d)s AND table = %(t)s "
-        "AND active AND rows > 0 GROUP BY partition_id ORDER BY partition_id",
-        {"d": table.database or hook.database, "t": table.name},
-    )
+    rows = hook.execute(*render_partitions(table.database or hook.database, table.name))
     return [(str(pid), str(value)) for pid, value in rows]
 
 
@@ -271,11 +264,11 @@ def _run_one(hook: ClickHouseHook, ddl: Ddl, execute: Callable[..., Any]) -> Non
     try:
         if ddl.alters is not None:
             table = ddl.alters
-            if not execute(_EXISTS_SQL, {"d": table.database or hook.database, "t": table.name})[0][0]:
+            if not execute(*render_table_exists(table.database or hook.database, table.name))[0][0]:
                 return
         execute(ddl.sql)
     except ch_errors.ServerException as exc:
-        if exc.code == TABLE_ALREADY_EXISTS and ddl.sql.startswith("CREATE TABLE IF NOT EXISTS"):
+        if lost_create_race(exc.code, ddl.sql):
             return
         raise hook.translate_error(exc) from exc
     except Exception as exc:

@@ -41,7 +41,7 @@ from airflow_provider_s3ch.core.ledger_sql import (
     ledger_engine_problem,
     render_add_partitions,
     render_create_ledger,
-    render_ledger_facts,
+    render_ledger_table,
     render_read,
     render_read_partitions,
     render_running_loads,
@@ -101,7 +101,7 @@ class LedgerRun:
     # ------------------------------------------------------------------ the table
     def exists(self) -> bool:
         """Whether the ledger table exists; :class:`PlanError` when a table of its name cannot be the ledger."""
-        rows = self.hook.execute(*render_ledger_facts(self.ledger))
+        rows = self.hook.execute(*render_ledger_table(self.ledger))
         if not rows:
             return False
         self.has_partitions = bool(rows[0][2])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_provider_s3ch import compat
-from airflow_provider_s3ch.errors import NeedsNewerAirflowError, S3chTerminalError
+from airflow_provider_s3ch.errors import NeedsNewerAirflowError, S3chTerminalError, require
 
 
 def test_the_seam_gives_airflows_own_classes() -> None:
@@ -18,9 +18,9 @@ def test_the_seam_gives_airflows_own_classes() -> None:
 
 
 def test_a_feature_of_a_newer_airflow_names_the_feature_and_both_versions() -> None:
-    compat.require("anything", "2.11")  # the oldest supported: always there
+    require("anything", "2.11")  # the oldest supported: always there
     newer = f"{compat.AIRFLOW.major + 1}.0"
     with pytest.raises(NeedsNewerAirflowError, match=rf"asset watchers needs Apache Airflow {newer} or later; "
                                                      rf"this is Airflow {compat.AIRFLOW_VERSION}") as info:
-        compat.require("asset watchers", newer)
+        require("asset watchers", newer)
     assert isinstance(info.value, S3chTerminalError)

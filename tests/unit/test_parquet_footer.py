@@ -160,3 +160,37 @@ def test_random_bytes_give_sizes_or_a_footer_error(body: bytes) -> None:
 def test_not_a_footer_is_named(tail: bytes, message: str) -> None:
     with pytest.raises(FooterError, match=message):
         row_group_sizes(tail)
+
+
+@pytest.mark.parametrize(
+    ("kind", "in_field", "value"),
+    [
+        (1, True, b""),  # a field's bool is in its header
+        (2, False, b"\x00"),  # a list's bool is a byte
+        (3, True, b"\x07"),
+        (5, True, b"\x96\x01"),  # a varint of two bytes
+        (7, True, b"\x00" * 8),
+        (13, True, b"\x00" * 16),
+        (8, True, b"\x03abc"),
+        (9, True, b"\x25\x02\x04"),  # a list of two i32
+        (10, True, b"\x25\x02\x04"),  # a set: the same
+        (11, True, b"\x00"),  # an empty map
+        (11, True, b"\x01\x85\x01a\x02"),  # a map of one binary key and one i32 value
+        (12, True, b"\x15\x02\x00"),  # a struct of one i32 field
+    ],
+)
+def test_each_wire_type_is_skipped_to_its_last_byte(kind: int, in_field: bool, value: bytes) -> None:
+    from airflow_provider_s3ch.core.parquet_footer import _Reader
+
+    reader = _Reader(value + b"\xff")  # what follows is not read
+    reader.skip_value(kind, in_field=in_field)
+    assert reader.pos == len(value)
+
+
+def test_an_unknown_wire_type_and_too_deep_a_nesting_are_footer_errors() -> None:
+    from airflow_provider_s3ch.core.parquet_footer import _Reader
+
+    with pytest.raises(FooterError, match="unknown Thrift wire type 14"):
+        _Reader(b"\x00").skip_value(14, in_field=True)
+    with pytest.raises(FooterError, match="nests deeper than Parquet does"):
+        _Reader(b"\x19" * 40 + b"\x00").skip_value(9, in_field=True)  # lists of lists of ...

@@ -54,7 +54,7 @@ from airflow_provider_s3ch.core.schema import HEADER_SAMPLE_ROWS
 from airflow_provider_s3ch.core.sizes import MAX_SIZE, fmt_bytes
 from airflow_provider_s3ch.core.staging import PARTITIONS_PER_ALTER
 from airflow_provider_s3ch.hooks.clickhouse import DEFAULT_PORT, DEFAULT_SECURE_PORT, HTTP_PORTS
-from airflow_provider_s3ch.hooks.http_insert import start_insert_http
+from airflow_provider_s3ch.hooks.http_insert import CONFIRM_WAIT
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from airflow_provider_s3ch.sensors.s3_glob import S3GlobSensor
 from airflow_provider_s3ch.triggers.load import UNREACHABLE_SECONDS
@@ -145,7 +145,7 @@ FIGURES: list[tuple[str, str]] = [
     ("docs/deferrable.md", f"for {SETTLE_SECONDS:g} s (a server restart"),
     ("docs/deferrable.md", f"did not answer for {UNREACHABLE_SECONDS / 60:g} minutes"),
     ("docs/deferrable.md", "It logs the wait every "
-                           f"{inspect.signature(start_insert_http).parameters['log_every'].default:g} s."),
+                           f"{CONFIRM_WAIT.log_every:g} s."),
     ("docs/deferrable.md", f"{HTTP_PORTS[0]}, or {HTTP_PORTS[1]} with the extra `secure`"),
     # retries, the ledger, lineage, connections
     ("docs/retries-and-modes.md", f"`earlier_try_timeout`, {_hours(DEFAULTS['earlier_try_timeout'])} by default"),

@@ -177,28 +177,9 @@ def workload_check(
         )
     name = str(name)
     reserve = parse_size(settings.values.get("reserve_memory", 0)) or 0
-    initiator = next((n for n in profile.workload_nodes if n.initiator), None)
-    if initiator is None or initiator.workloads is None or initiator.resources is None:
-        where = initiator.node if initiator is not None else "the connection's node"
-        why = f" ({initiator.error})" if initiator is not None and initiator.error else ""
-        raise PlanError(
-            f"workload {name!r}: cannot read system.workloads and system.resources on {where}{why}, so whether the "
-            "server will schedule the load cannot be checked (a workload it does not know runs the load at once, "
-            "unscheduled); grant the user SELECT on system.workloads and system.resources, or run the load without "
-            "a workload "
-            "(workload='')"
-        )
+    initiator = _read_initiator(name, profile)
     spans_nodes = distributed or (profile.table.is_distributed and profile.node_count > 1)
-    needs: list[tuple[NodeWorkloads, int]] = [(initiator, reserve * (2 if distributed and initiator.member else 1))]
-    unread: list[str] = []
-    if spans_nodes:
-        for node in profile.workload_nodes:
-            if not node.member or node.initiator:
-                continue
-            if node.workloads is None or node.resources is None:
-                unread.append(f"{node.node}{f' ({node.error})' if node.error else ''}")
-            else:
-                needs.append((node, reserve))
+    needs, unread = _reservations(profile, initiator, reserve, distributed=distributed, spans_nodes=spans_nodes)
 
     suggested = max(reserve * 2, int(profile.memory_bytes * DEFAULT_MEMORY_SHARE))
     missing = [(node, missing_ddl(name, node, reserve, suggested)) for node, _ in needs]
@@ -212,6 +193,57 @@ def workload_check(
         if limit.bytes is not None and need > limit.bytes:
             raise PlanError(_over_message(request, name, node, reserve, need, limit, budget, profile, distributed))
 
+    problems = _admission_problems(name, settings, reserve, limits, unread)
+    fits = [
+        (node, need, limit)
+        for node, need, limit in limits
+        if need > 0 and limit is not None and limit.bytes is not None
+    ]
+    summary = _fits_message(name, reserve, fits, spans_nodes, distributed)
+    if problems:
+        return Check(name="workload", status="warn", message="; ".join([*problems, summary] if fits else problems))
+    return Check(name="workload", status="ok", message=summary)
+
+
+def _read_initiator(name: str, profile: ServerProfile) -> NodeWorkloads:
+    """The connection's node's workloads and resources; :class:`PlanError` when they could not be read."""
+    initiator = next((n for n in profile.workload_nodes if n.initiator), None)
+    if initiator is None or initiator.workloads is None or initiator.resources is None:
+        where = initiator.node if initiator is not None else "the connection's node"
+        why = f" ({initiator.error})" if initiator is not None and initiator.error else ""
+        raise PlanError(
+            f"workload {name!r}: cannot read system.workloads and system.resources on {where}{why}, so whether the "
+            "server will schedule the load cannot be checked (a workload it does not know runs the load at once, "
+            "unscheduled); grant the user SELECT on system.workloads and system.resources, or run the load without "
+            "a workload "
+            "(workload='')"
+        )
+    return initiator
+
+
+def _reservations(
+    profile: ServerProfile, initiator: NodeWorkloads, reserve: int, *, distributed: bool, spans_nodes: bool
+) -> tuple[list[tuple[NodeWorkloads, int]], list[str]]:
+    """(each node the load reserves memory on, with what it reserves there), and the member nodes whose
+    workloads could not be read (each with its error)."""
+    needs: list[tuple[NodeWorkloads, int]] = [(initiator, reserve * (2 if distributed and initiator.member else 1))]
+    unread: list[str] = []
+    if spans_nodes:
+        for node in profile.workload_nodes:
+            if not node.member or node.initiator:
+                continue
+            if node.workloads is None or node.resources is None:
+                unread.append(f"{node.node}{f' ({node.error})' if node.error else ''}")
+            else:
+                needs.append((node, reserve))
+    return needs, unread
+
+
+def _admission_problems(
+    name: str, settings: InsertSettings, reserve: int,
+    limits: list[tuple[NodeWorkloads, int, WorkloadLimit | None]], unread: list[str],
+) -> list[str]:
+    """Why the server may admit the load at once where a limit should queue it, or cannot be told."""
     unlimited = [(node.node, limit.path) for node, _, limit in limits if limit is not None and limit.bytes is None]
     problems = []
     if unlimited:
@@ -231,15 +263,7 @@ def workload_check(
             f"could not read the workloads of {', '.join(unread)}: whether the load's share there is scheduled "
             "cannot be told"
         )
-    fits = [
-        (node, need, limit)
-        for node, need, limit in limits
-        if need > 0 and limit is not None and limit.bytes is not None
-    ]
-    summary = _fits_message(name, reserve, fits, spans_nodes, distributed)
-    if problems:
-        return Check(name="workload", status="warn", message="; ".join([*problems, summary] if fits else problems))
-    return Check(name="workload", status="ok", message=summary)
+    return problems
 
 
 def _missing_message(name: str, missing: list[tuple[NodeWorkloads, list[str]]], spans_nodes: bool) -> str:
