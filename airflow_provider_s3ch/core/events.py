@@ -1,0 +1,200 @@
+"""The files an event names: what a watcher's trigger hands a run, and what the run loads from it.
+
+A run started from events loads the files they name instead of listing the glob's prefix. An event
+is a hint, never the truth: the file ledger decides what is new (docs/ledger.md). So an event
+carries little (each file's key, size, ETag and last-modified time; at most :data:`MAX_FILES_PER_EVENT`
+files, with a count of those left for the next event), and the functions here make a stream of
+events that repeats, drops or reorders files mean the same set of files:
+
+* :func:`notification_files`: S3 event notifications (an SQS message's body, as S3 and moto send
+  them) -> the created files they name; test events and other kinds of events are dropped;
+* :func:`matching`: the files the operator's glob selects, exactly as ClickHouse's ``s3()`` does
+  (:mod:`.glob`);
+* :func:`collapse`: one entry per key and ETag; :func:`payloads`: files cut into bounded events;
+* :func:`union`: the files of all the events a run was triggered by: the latest ETag of each key,
+  ordered by key; :func:`manifest_of`: their manifest, as a listing would have made it.
+
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import unquote_plus
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from airflow_provider_s3ch.core.errors import NothingMatchedError
+from airflow_provider_s3ch.core.glob import archive_path_syntax, compile_glob, split_archive
+from airflow_provider_s3ch.core.manifest import Listing, check_listing, make_manifest
+from airflow_provider_s3ch.core.models import LoadRequest, Manifest
+
+#: The most files one event names; more wait for the next event (the payload's ``pending``).
+MAX_FILES_PER_EVENT = 1000
+
+#: The key under which an event's payload says what it is (a run recognises its own events by it).
+PAYLOAD_KIND = "s3ch.files"
+
+
+class EventFile(BaseModel):
+    """One file an event names: what the ledger needs of it (its version) and what the plan needs (its size)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    size: int = Field(ge=0)
+    #: The ETag without its quotes.
+    etag: str
+    #: When the object was written (a notification's ``eventTime``, a listing's ``LastModified``), in UTC.
+    last_modified: datetime
+
+    @classmethod
+    def of_entry(cls, entry: Mapping[str, Any]) -> EventFile:
+        """The file of one ListObjectsV2 ``Contents`` entry."""
+        modified = entry["LastModified"]
+        return cls(key=entry["Key"], size=int(entry.get("Size") or 0), etag=str(entry.get("ETag") or "").strip('"'),
+                   last_modified=modified.astimezone(UTC))
+
+
+class EventPayload(BaseModel):
+    """What one event carries: at most :data:`MAX_FILES_PER_EVENT` files, and how many more the trigger found
+    that later events will carry."""
+
+    kind: str = PAYLOAD_KIND
+    #: The bucket the files are in.
+    bucket: str
+    files: list[EventFile] = Field(max_length=MAX_FILES_PER_EVENT)
+    #: Files found but left for the next events of the same look.
+    pending: int = Field(default=0, ge=0)
+    #: Whether a full listing (the backstop) found these files, not the look from the cursor.
+    full_listing: bool = False
+
+    def to_event(self) -> dict[str, Any]:
+        """The payload as a JSON-safe dict (a trigger event's payload; Airflow stores it as the asset event's
+        ``extra["payload"]``)."""
+        return self.model_dump(mode="json")
+
+
+def notification_files(body: str | Mapping[str, Any], bucket: str | None = None) -> list[EventFile]:
+    """The created files an S3 event notification names.
+
+    :param body: the SQS message's body (JSON text or its dict): ``{"Records": [...]}``. The ``s3:TestEvent``
+        S3 sends when a queue is configured (no ``Records``) names none.
+    :param bucket: keep only records of this bucket; None keeps all.
+    :return: one file per ``ObjectCreated:*`` record, the key URL-decoded (S3 encodes it with ``quote_plus``),
+        ``eventTime`` as its last-modified time; other events (removals, restores) are dropped.
+    """
+    message = json.loads(body) if isinstance(body, str) else body
+    files = []
+    for record in message.get("Records") or []:
+        if not str(record.get("eventName", "")).removeprefix("s3:").startswith("ObjectCreated:"):
+            continue
+        s3 = record.get("s3") or {}
+        if bucket is not None and (s3.get("bucket") or {}).get("name") != bucket:
+            continue
+        obj = s3.get("object") or {}
+        files.append(EventFile(key=unquote_plus(obj["key"]), size=int(obj.get("size") or 0),
+                               etag=str(obj.get("eTag") or "").strip('"'),
+                               last_modified=_utc(record["eventTime"])))
+    return files
+
+
+def _utc(text: str) -> datetime:
+    moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def matching(files: Iterable[EventFile], pattern: str, settings: Mapping[str, object] | None = None) -> list[EventFile]:
+    """The files ClickHouse's ``s3()`` reads for the key glob (an archive glob: the archives it names); folder
+    markers (a key ending in ``/``, empty) are left out, as a listing leaves them.
+
+    :param pattern: the key part of the operator's ``s3_uri``.
+    :param settings: the load's settings (``allow_archive_path_syntax``).
+    :raises InvalidRequestError: when ClickHouse rejects the glob.
+    """
+    glob = compile_glob(split_archive(pattern, archive_path_syntax(settings))[0])
+    return [f for f in files if glob.fullmatch(f.key) and not (f.key.endswith("/") and f.size == 0)]
+
+
+def collapse(files: Iterable[EventFile]) -> list[EventFile]:
+    """One entry per key and ETag (the first seen), in the order first seen."""
+    seen: dict[tuple[str, str], EventFile] = {}
+    for f in files:
+        seen.setdefault((f.key, f.etag), f)
+    return list(seen.values())
+
+
+def payloads(bucket: str, files: Iterable[EventFile], *, full_listing: bool = False,
+             limit: int = MAX_FILES_PER_EVENT) -> list[EventPayload]:
+    """Files cut into events of at most ``limit`` files each, in order; each says how many come after it.
+
+    :param bucket: the files' bucket.
+    :param files: the files to hand on (duplicates collapsed first).
+    :param full_listing: they come from a full listing (the backstop).
+    """
+    unique = collapse(files)
+    limit = max(1, min(limit, MAX_FILES_PER_EVENT))
+    cuts = range(0, len(unique), limit)
+    return [EventPayload(bucket=bucket, files=unique[i:i + limit], pending=max(0, len(unique) - i - limit),
+                         full_listing=full_listing) for i in cuts]
+
+
+def union(events: Iterable[EventPayload]) -> list[EventFile]:
+    """The files of several events, as one run loads them: the latest version of each key (by last-modified
+    time; for equal times, the larger ETag, so that the answer does not depend on the events' order), ordered
+    by key."""
+    latest: dict[str, EventFile] = {}
+    for event in events:
+        for f in event.files:
+            known = latest.get(f.key)
+            if known is None or (f.last_modified, f.etag) > (known.last_modified, known.etag):
+                latest[f.key] = f
+    return [latest[key] for key in sorted(latest)]
+
+
+def event_payloads(extras: Iterable[Mapping[str, Any] | None], bucket: str) -> list[EventPayload]:
+    """The payloads of the asset events a run was triggered by, from each event's ``extra``; events that are
+    not this provider's (another watcher's, a task's outlet) or name another bucket are skipped.
+
+    :param extras: each asset event's ``extra`` (a trigger's event payload is its ``extra["payload"]``).
+    :param bucket: the load's bucket.
+    """
+    out = []
+    for extra in extras:
+        payload = (extra or {}).get("payload")
+        if isinstance(payload, Mapping) and payload.get("kind") == PAYLOAD_KIND:
+            event = EventPayload.model_validate(payload)
+            if event.bucket == bucket:
+                out.append(event)
+    return out
+
+
+def manifest_of(request: LoadRequest, files: Iterable[EventFile], *, region: str | None, calls: int) -> Manifest:
+    """The manifest of files an event named, as a listing of the same files would have made it: the glob's
+    files only, format and compression from the keys (unless the request names them), checked as a listing is.
+
+    :param request: the validated request.
+    :param files: the files (:func:`union` of the run's events).
+    :param region: the bucket's region; None when unknown.
+    :param calls: the S3 calls made to settle it (the location).
+    :raises NothingMatchedError: none of the files matches the glob.
+    :raises InvalidRequestError: the glob matches a key ClickHouse cannot read as named.
+    :raises FormatError: the files' format or compression is unknown or mixed and the request names none.
+    """
+    listing = Listing(request.key_pattern, archive_syntax=archive_path_syntax(request.settings))
+    given = list(files)
+    listing.add_page({"Key": f.key, "Size": f.size} for f in given)
+    listing.calls = 0  # nothing was listed
+    if not listing.matched:
+        raise NothingMatchedError(
+            f"none of the {len(given)} file(s) the triggering events name in bucket {request.bucket!r} matches "
+            f"{request.key_pattern!r}"
+        )
+    versions = {f.key: f for f in given}
+    for obj in listing.matched:
+        obj.etag, obj.last_modified = versions[obj.key].etag or None, versions[obj.key].last_modified
+    check_listing(request, listing)
+    return make_manifest(request, listing, region=region, calls=calls)
