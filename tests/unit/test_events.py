@@ -106,7 +106,7 @@ def test_manifest_of_is_what_a_listing_of_the_same_files_makes() -> None:
                                      file("in/other.parquet")], region="eu-west-3", calls=1)
     assert [(o.key, o.size, o.etag) for o in manifest.objects] == [("in/a.csv.gz", 10, "x"), ("in/b.csv.gz", 7, "e1")]
     assert (manifest.format, manifest.compression, manifest.region, manifest.list_calls) == (
-        "CSV", "gzip", "eu-west-3", 1)
+        "CSVWithNames", "gzip", "eu-west-3", 1)
     assert manifest.objects[1].last_modified == T0 + timedelta(seconds=3)
     with pytest.raises(NothingMatchedError, match="none of the 1 file"):
         manifest_of(request, [file("in/other.parquet")], region=None, calls=0)
