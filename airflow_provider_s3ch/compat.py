@@ -25,12 +25,18 @@ from airflow.providers.common.compat.sdk import (
     conf,
     mask_secret,
 )
+from airflow.providers.common.compat.triggers import BaseEventTrigger
 from packaging.version import Version
 
 try:  # Airflow 3: assets; Airflow 2: datasets, of which assets are the new name
     from airflow.sdk.definitions.asset import BaseAsset
 except ImportError:  # pragma: no cover - Airflow 2
     from airflow.datasets import BaseDataset as BaseAsset  # type: ignore[no-redef]
+
+try:  # Airflow 3: a trigger that watches an asset; Airflow 2 has no watchers
+    from airflow.sdk import AssetWatcher
+except ImportError:  # pragma: no cover - Airflow 2
+    AssetWatcher = None  # type: ignore[assignment,misc]
 
 #: The Airflow this process runs, as a comparable version.
 AIRFLOW = Version(Version(AIRFLOW_VERSION).base_version)
@@ -91,7 +97,9 @@ __all__ = [
     "AirflowNotFoundException",
     "AirflowSkipException",
     "Asset",
+    "AssetWatcher",
     "BaseAsset",
+    "BaseEventTrigger",
     "BaseOperator",
     "BaseSensorOperator",
     "Context",

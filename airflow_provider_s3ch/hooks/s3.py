@@ -17,7 +17,9 @@ from typing import Any
 from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
+from airflow_provider_s3ch.core import events
 from airflow_provider_s3ch.core import manifest as policy
+from airflow_provider_s3ch.core.events import EventFile
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.errors import BucketError, S3chError, S3UnavailableError, provider_errors
 from airflow_provider_s3ch.hooks.quiet import quiet_loggers
@@ -25,9 +27,12 @@ from airflow_provider_s3ch.hooks.s3_footers import parquet_footer_stats
 
 log = logging.getLogger(__name__)
 
-def _list_pages(client: BaseClient, bucket: str, prefix: str) -> Iterator[list[dict[str, Any]]]:
-    """Yield each ListObjectsV2 page's ``Contents``, one S3 call per page."""
+def _list_pages(client: BaseClient, bucket: str, prefix: str, start_after: str | None = None
+                ) -> Iterator[list[dict[str, Any]]]:
+    """Yield each ListObjectsV2 page's ``Contents``, one S3 call per page (keys after ``start_after`` only)."""
     kwargs: dict[str, Any] = {"Bucket": bucket, "Prefix": prefix}
+    if start_after:
+        kwargs["StartAfter"] = start_after
     while True:
         page = _call(client.list_objects_v2, bucket, "list", prefix=prefix, **kwargs)
         yield page.get("Contents", [])
@@ -142,6 +147,33 @@ def list_matching(client: BaseClient, bucket: str, pattern: str) -> tuple[list[S
     with provider_errors():
         listing = _scan(client, bucket, pattern)
     return listing.objects, listing.calls
+
+
+def list_pages(client: BaseClient, bucket: str, prefix: str, start_after: str | None = None
+               ) -> Iterator[list[dict[str, Any]]]:
+    """Each ListObjectsV2 page's ``Contents`` under ``prefix``, after ``start_after`` (S3's ``StartAfter``),
+    one S3 call per page; the errors are :func:`list_matching`'s."""
+    with provider_errors():
+        yield from _list_pages(client, bucket, prefix, start_after)
+
+
+@quiet_loggers()
+def manifest_of_files(client: BaseClient, request: LoadRequest, files: Iterable[EventFile], *,
+                      on_listed: Callable[[Manifest], None] | None = None) -> Manifest:
+    """The manifest of files an event named (:func:`~airflow_provider_s3ch.core.events.manifest_of`): no listing
+    and no HeadObject; one GetBucketLocation for the region, and the Parquet footers as :func:`build_manifest`
+    reads them.
+
+    :param on_listed: called with the manifest before the footers are read.
+    """
+    with provider_errors():
+        (region, calls), region_ms = _timed(_region_or_none, client, request.bucket)
+        manifest = events.manifest_of(request, files, region=region, calls=calls)
+        if on_listed is not None:
+            on_listed(manifest)
+        if policy.reads_footers(request, manifest.format, manifest.compression):
+            manifest = policy.with_footers(manifest, parquet_footer_stats(client, request.bucket, manifest.objects))
+        return manifest.model_copy(update={"request_ms": min(region_ms, manifest.request_ms or region_ms)})
 
 
 def bucket_region(client: BaseClient, bucket: str) -> str:

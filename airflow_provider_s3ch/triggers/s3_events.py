@@ -1,0 +1,194 @@
+"""S3ListingEventTrigger: an asset watcher's trigger that polls an S3 listing and hands on the new files.
+
+Each look lists the glob's literal prefix from a cursor (S3's ``StartAfter``, where keys sort by their
+arrival) or, every ``full_listing_every`` looks, from the prefix itself (the backstop: a key that sorts
+before the cursor, a file the cursor went past, an event a run consumed and failed on for good come back
+there). The matching files not yet handed on become events of at most
+:data:`~airflow_provider_s3ch.core.events.MAX_FILES_PER_EVENT` files each
+(:class:`~airflow_provider_s3ch.core.events.EventPayload`); Airflow stores each as an asset event, and an
+operator with ``files_from="events"`` loads the files they name, the file ledger deciding what is new.
+
+The trigger's keyword arguments are its identity (Airflow's ``BaseEventTrigger.hash``), so no cursor is
+among them: on Airflow 3.3 the cursor lives in the watched asset's state store (``asset_state_store``),
+elsewhere in memory; a trigger started afresh lists from the prefix, and the files it hands on again are
+ones the ledger already holds (harmless). The listing is boto3's, blocking: it runs in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from airflow.triggers.base import TriggerEvent
+
+from airflow_provider_s3ch.compat import AssetWatcher, BaseEventTrigger
+from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventFile, EventPayload, matching, payloads
+from airflow_provider_s3ch.core.glob import literal_prefix
+from airflow_provider_s3ch.core.models import LoadRequest, bucket_of, key_pattern_of
+from airflow_provider_s3ch.errors import S3chTransientError, provider_errors, require
+from airflow_provider_s3ch.hooks.s3 import list_pages
+from airflow_provider_s3ch.hooks.s3_source import S3Source
+
+#: The oldest Airflow with asset watchers.
+WATCHERS_SINCE = "3.0"
+
+
+@dataclass
+class Cursor:
+    """Where the trigger is: the last key listed (``StartAfter`` of the next look, where keys sort by arrival),
+    the looks made, and the files (key -> ETag) handed on in this trigger's life."""
+
+    start_after: str | None = None
+    looks: int = 0
+    emitted: dict[str, str] = field(default_factory=dict)
+
+    def stored(self) -> dict[str, Any]:
+        """What the state store keeps (the handed-on files stay in memory: they grow with the bucket)."""
+        return {"start_after": self.start_after, "looks": self.looks}
+
+
+@dataclass(frozen=True)
+class Look:
+    """One look's answer: the new files, whether the listing was full, the last key listed, the S3 calls."""
+
+    files: list[EventFile]
+    full: bool
+    last_key: str | None
+    calls: int
+
+
+class S3ListingEventTrigger(BaseEventTrigger):
+    """Poll ``s3_uri``'s listing every ``poll_interval`` seconds and yield the new matching files as events.
+
+    :param s3_uri: ``s3://bucket/glob``, the operator's own: the files are those ClickHouse's ``s3()`` reads.
+    :param aws_conn_id: the ``aws`` connection that lists the bucket.
+    :param poll_interval: seconds between two looks.
+    :param full_listing_every: every this many looks, list the whole prefix (the backstop); 1 lists it always.
+    :param keys_sort_by_arrival: new keys sort after the ones before them (a time-stamped name): a look lists
+        only the keys after the last one listed (S3's ``StartAfter``).
+    :param max_files_per_event: the most files one event names (at most
+        :data:`~airflow_provider_s3ch.core.events.MAX_FILES_PER_EVENT`).
+    """
+
+    def __init__(
+        self,
+        *,
+        s3_uri: str,
+        aws_conn_id: str | None = "aws_default",
+        poll_interval: float = 10.0,
+        full_listing_every: int = 30,
+        keys_sort_by_arrival: bool = False,
+        max_files_per_event: int = MAX_FILES_PER_EVENT,
+    ) -> None:
+        super().__init__()
+        with provider_errors():
+            LoadRequest._uri(s3_uri)
+        self.s3_uri = s3_uri
+        self.aws_conn_id = aws_conn_id
+        self.poll_interval = float(poll_interval)
+        self.full_listing_every = max(1, int(full_listing_every))
+        self.keys_sort_by_arrival = bool(keys_sort_by_arrival)
+        self.max_files_per_event = max(1, min(int(max_files_per_event), MAX_FILES_PER_EVENT))
+        self.cursor = Cursor()
+        self._source: S3Source | None = None
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "s3_uri": self.s3_uri,
+                "aws_conn_id": self.aws_conn_id,
+                "poll_interval": self.poll_interval,
+                "full_listing_every": self.full_listing_every,
+                "keys_sort_by_arrival": self.keys_sort_by_arrival,
+                "max_files_per_event": self.max_files_per_event,
+            },
+        )
+
+    @property
+    def bucket(self) -> str:
+        return bucket_of(self.s3_uri)
+
+    # ------------------------------------------------------------------ the cursor's home
+    @property
+    def _store_key(self) -> str:
+        return "s3ch.listing:" + hashlib.sha256(self.s3_uri.encode()).hexdigest()[:16]
+
+    async def _load_cursor(self) -> None:
+        store = getattr(self, "asset_state_store", None)
+        if store is None:
+            return
+        try:  # aget/aset from Airflow 3.3.2; 3.3.0 and 3.3.1 have the blocking get/set only
+            if hasattr(store, "aget"):
+                saved = await store.aget(self._store_key, default=None)
+            else:
+                saved = await asyncio.to_thread(store.get, self._store_key, default=None)
+        except ValueError:  # more than one watched asset: no single store
+            return
+        if isinstance(saved, dict):
+            self.cursor.start_after = saved.get("start_after") or None
+            self.cursor.looks = int(saved.get("looks") or 0)
+
+    async def _save_cursor(self) -> None:
+        store = getattr(self, "asset_state_store", None)
+        if store is None:
+            return
+        try:
+            if hasattr(store, "aset"):
+                await store.aset(self._store_key, self.cursor.stored())
+            else:
+                await asyncio.to_thread(store.set, self._store_key, self.cursor.stored())
+        except ValueError:
+            return
+
+    # ------------------------------------------------------------------ one look
+    def look(self) -> Look:
+        """One look at S3 (blocking): the matching files not handed on yet, from the cursor or the prefix."""
+        cursor, pattern = self.cursor, key_pattern_of(self.s3_uri)
+        full = cursor.looks % self.full_listing_every == 0 or not self.keys_sort_by_arrival
+        full = full or cursor.start_after is None
+        if self._source is None:
+            self._source = S3Source(self.aws_conn_id)
+        client, found, last, calls = self._source.client(), [], cursor.start_after, 0
+        for page in list_pages(client, self.bucket, literal_prefix(pattern), None if full else cursor.start_after):
+            calls += 1
+            found.extend(EventFile.of_entry(e) for e in page)
+            last = max([last or "", *(e["Key"] for e in page)]) or None
+        new = [f for f in matching(found, pattern) if cursor.emitted.get(f.key) != f.etag]
+        return Look(new, full, last, calls)
+
+    def _events(self, look: Look) -> list[EventPayload]:
+        return payloads(self.bucket, look.files, full_listing=look.full, limit=self.max_files_per_event)
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        await self._load_cursor()
+        while True:
+            try:
+                look = await asyncio.to_thread(self.look)
+            except S3chTransientError as exc:
+                self.log.warning("S3 listing of %s failed (%s); next look in %.0f s", self.s3_uri, exc,
+                                 self.poll_interval)
+            else:
+                for event in self._events(look):
+                    yield TriggerEvent(event.to_event())
+                    self.cursor.emitted.update((f.key, f.etag) for f in event.files)
+                self.cursor.looks += 1
+                self.cursor.start_after = look.last_key
+                await self._save_cursor()
+                if look.files:
+                    self.log.info("%d new file(s) under %s (%s listing, %d S3 call(s))", len(look.files),
+                                  self.s3_uri, "full" if look.full else "cursor", look.calls)
+            await asyncio.sleep(self.poll_interval)
+
+
+def listing_watcher(name: str, **trigger: Any) -> Any:
+    """An ``AssetWatcher`` named ``name`` whose trigger is an :class:`S3ListingEventTrigger` of ``trigger``'s
+    arguments, for ``Asset(..., watchers=[...])``.
+
+    :raises NeedsNewerAirflowError: on Airflow 2, which has no asset watchers.
+    """
+    require("an S3 listing watcher (AssetWatcher)", WATCHERS_SINCE)
+    return AssetWatcher(name=name, trigger=S3ListingEventTrigger(**trigger))
