@@ -8,21 +8,28 @@ The load itself is :class:`~airflow_provider_s3ch.load.run.LoadRun`'s, one path 
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_provider_s3ch.compat import AirflowSkipException, Asset, BaseAsset, BaseOperator, Context, conf
+from airflow_provider_s3ch.core.events import EventFile, event_payloads, union
 from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT
 from airflow_provider_s3ch.core.ledger_request import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import outlet_extra
 from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.core.recovery import QueryId, first_try_of_series, load_fingerprint
 from airflow_provider_s3ch.core.tables import TableSpec
-from airflow_provider_s3ch.errors import provider_errors
+from airflow_provider_s3ch.errors import InvalidRequestError, provider_errors, require
+from airflow_provider_s3ch.hooks.s3 import manifest_of_files
 from airflow_provider_s3ch.lineage import operator_lineage
 from airflow_provider_s3ch.load.report import DeferLoad, LoadReport, NothingNew
 from airflow_provider_s3ch.load.run import LoadRun, RunOptions, RunParts
 from airflow_provider_s3ch.triggers.load import LoadTrigger
+
+#: Where a run's files come from: the glob's listing, or the asset events that triggered the run.
+FILES_FROM = ("listing", "events")
 
 
 class S3ToClickHouseOperator(BaseOperator):
@@ -84,6 +91,9 @@ class S3ToClickHouseOperator(BaseOperator):
         statement), ``server`` (its own credentials; no keys sent) or ``named_collection`` (docs/connections.md).
     :param named_collection: with ``s3_credentials='named_collection'``: the collection's name. (templated)
     :param role_arn: with ``s3_credentials='server'``: the IAM role ClickHouse Cloud assumes. (templated)
+    :param files_from: ``listing`` (list the glob) or ``events``: a run triggered by an S3 watcher's asset events
+        loads the files they name that match the glob, without listing (needs ``skip_loaded=True`` and Airflow
+        3; a run without such events lists; docs/continuous.md).
 
     Retries: the query id is ``s3ch-<stem>-try<N>``, the stem fixed per task instance and load configuration.
     A retry first looks for the earlier tries' queries: one still running is waited for; one that finished
@@ -156,9 +166,15 @@ class S3ToClickHouseOperator(BaseOperator):
         s3_credentials: str = "forward",
         named_collection: str | None = None,
         role_arn: str | None = None,
+        files_from: str = "listing",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if files_from not in FILES_FROM:
+            raise InvalidRequestError(f"files_from={files_from!r}: give one of {', '.join(map(repr, FILES_FROM))}")
+        if files_from == "events":
+            require("files_from='events' (a run from asset events)", "3.0")
+        self.files_from = files_from
         self.s3_uri = s3_uri
         self.table = table
         self.clickhouse_conn_id = clickhouse_conn_id
@@ -265,9 +281,39 @@ class S3ToClickHouseOperator(BaseOperator):
                           earlier_try_timeout=self.earlier_try_timeout, claim_timeout=self.claim_timeout,
                           learn_from_history=self.learn_from_history)
 
-    def run_parts(self) -> RunParts:
-        """What the run talks to: the task's ClickHouse and AWS connections."""
-        return RunParts.connections(self.clickhouse_conn_id, self.aws_conn_id)
+    def run_parts(self, context: Context | None = None, request: LoadRequest | None = None) -> RunParts:
+        """What the run talks to: the task's ClickHouse and AWS connections; with ``files_from="events"``, in a run
+        its asset events triggered, the files they name in place of the listing."""
+        parts = RunParts.connections(self.clickhouse_conn_id, self.aws_conn_id)
+        files = self.event_files(context, request) if context is not None and request is not None else None
+        if files is None:
+            return parts
+        return dataclasses.replace(parts, listing=functools.partial(manifest_of_files, files=files))
+
+    def event_files(self, context: Context, request: LoadRequest) -> list[EventFile] | None:
+        """The files the run's triggering asset events name (the latest version of each key), or None where the
+        run lists: ``files_from="listing"``, or a run no asset event triggered (a time schedule, a manual run).
+
+        :raises InvalidRequestError: ``files_from="events"`` without ``skip_loaded=True``: an event is a hint,
+            the ledger says what is new.
+        """
+        if self.files_from != "events":
+            return None
+        if not request.skip_loaded:
+            raise InvalidRequestError(
+                "files_from='events' needs skip_loaded=True: events may repeat, come late or out of order, and the "
+                "file ledger is what loads each file once (docs/continuous.md)"
+            )
+        triggering = context.get("triggering_asset_events") or {}
+        extras = [getattr(event, "extra", None) for events in triggering.values() for event in events]
+        if not extras:
+            self.log.info("No asset event triggered this run: listing %s", request.s3_uri)
+            return None
+        payloads = event_payloads(extras, request.bucket)
+        files = union(payloads)
+        self.log.info("%d asset event(s), %d of them from an S3 watcher of bucket %s: %d file(s), no listing",
+                      len(extras), len(payloads), request.bucket, len(files))
+        return files
 
     # ------------------------------------------------------------------ how Airflow runs it
     def execute(self, context: Context) -> dict[str, Any]:
@@ -275,7 +321,8 @@ class S3ToClickHouseOperator(BaseOperator):
         with provider_errors():
             request = self.build_request()
             query_id, first_try = self.query_id(context, request), self.first_try(context)
-            self._run = run = LoadRun(request, self.run_options(request), self.log, self.run_parts())
+            parts = self.run_parts(context, request)
+            self._run = run = LoadRun(request, self.run_options(request), self.log, parts)
             return self._finish(context, lambda: run.run(query_id, first_try))
 
     def execute_complete(self, context: Context, event: dict[str, Any] | None = None) -> dict[str, Any]:

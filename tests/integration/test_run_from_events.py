@@ -1,0 +1,129 @@
+"""A run from asset events on the real local stack: it loads the files the events name that match its glob and
+that the ledger does not hold, each once, and lists nothing."""
+
+from __future__ import annotations
+
+import types
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from airflow_provider_s3ch.compat import AIRFLOW_3
+from airflow_provider_s3ch.core.events import EventFile, payloads
+from airflow_provider_s3ch.errors import InvalidRequestError
+from airflow_provider_s3ch.hooks.s3_source import S3Source
+from airflow_provider_s3ch.local import LocalStack
+from tests.integration.faults import fingerprint
+from tests.integration.support import fake_context
+from tests.integration.test_ledger import BUCKET, STRUCTURE, Files, new_files
+
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(not AIRFLOW_3, reason="asset watchers: Airflow 3")]
+
+
+@pytest.fixture(scope="module")
+def bucket(stack: LocalStack) -> str:
+    stack.create_bucket(BUCKET)
+    return BUCKET
+
+
+@pytest.fixture
+def files(stack: LocalStack, bucket: str) -> Files:
+    return new_files(stack)
+
+
+@pytest.fixture
+def s3_calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """The S3 operations the worker's clients send, in order (each client counted as S3 receives its calls)."""
+    calls: list[str] = []
+    made = S3Source.client
+
+    def client(self: S3Source) -> Any:
+        out = made(self)
+        out.meta.events.register("before-call.s3", lambda model, **_: calls.append(model.name))
+        return out
+
+    monkeypatch.setattr(S3Source, "client", client)
+    yield calls
+
+
+def versions(stack: LocalStack, files: Files, *numbers: int, key: str | None = None) -> list[EventFile]:
+    """The files as S3 holds them now (what a watcher's event names)."""
+    s3, out = stack.s3_client(), []
+    for n in numbers:
+        name = key or files.key(n)
+        head = s3.head_object(Bucket=BUCKET, Key=name)
+        out.append(EventFile(key=name, size=head["ContentLength"], etag=head["ETag"].strip('"'),
+                             last_modified=head["LastModified"].astimezone(UTC)))
+    return out
+
+
+def triggered_by(*events: list[EventFile], run_id: str | None = None) -> dict[str, Any]:
+    """A task context whose DAG run the given events' payloads triggered, as Airflow 3 hands them over."""
+    context = fake_context("load", 1, run_id)
+    extras = [{"from_trigger": True, "payload": p.to_event()} for files in events for p in payloads(BUCKET, files)]
+    context["triggering_asset_events"] = {"landing": [types.SimpleNamespace(extra=e) for e in extras]}
+    return context
+
+
+def clean_of(stack: LocalStack, files: Files, *numbers: int) -> tuple[int, int]:
+    """count() and sum(cityHash64(*)) of one plain load of exactly these files, by ClickHouse."""
+    ch, name = stack.clickhouse_client(), f"default.clean_{uuid.uuid4().hex[:8]}"
+    keys = ",".join(files.key(n) for n in numbers)
+    ch.execute(f"CREATE TABLE {name} ({STRUCTURE}) ENGINE = MergeTree ORDER BY id")
+    ch.execute(f"INSERT INTO {name} SELECT * FROM s3('{stack.s3_endpoint}/{BUCKET}/{{{keys}}}', "
+               f"'{stack.s3_access_key}', '{stack.s3_secret_key}', 'CSV', '{STRUCTURE}')")
+    out = fingerprint(stack, name)
+    ch.execute(f"DROP TABLE {name} SYNC")
+    return out
+
+
+def test_a_run_loads_the_new_matching_files_its_events_name_and_lists_nothing(
+        stack: LocalStack, files: Files, s3_calls: list[str]) -> None:
+    files.put(1, 2, 3, 4, 5)
+    stack.s3_client().put_object(Bucket=BUCKET, Key=f"{files.prefix}notes.txt", Body=b"not a csv\n")
+    first = files.operator(files_from="events").execute(triggered_by(versions(stack, files, 1)))
+    assert first["written_rows"] == files.rows and fingerprint(stack, files.table) == clean_of(stack, files, 1)
+    assert "ListObjectsV2" not in s3_calls and "HeadObject" not in s3_calls
+    s3_calls.clear()
+
+    # two events: one file named twice, one not matching the glob, one loaded by the run before; file 5 is in
+    # the bucket but no event names it
+    one = versions(stack, files, 2, 3) + versions(stack, files, 0, key=f"{files.prefix}notes.txt")
+    two = versions(stack, files, 3, 1, 4)
+    xcom = files.operator(files_from="events").execute(triggered_by(one, two))
+    assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 2, 3, 4)
+    assert xcom["written_rows"] == 3 * files.rows
+    assert xcom["ledger"]["new_keys"] == [files.key(n) for n in (2, 3, 4)]
+    assert xcom["ledger"]["skipped_loaded_keys"] == [files.key(1)]
+    assert s3_calls == ["GetBucketLocation"]  # no ListObjectsV2, no HeadObject
+    assert files.loaded_once() == {f"{k}@{e[:6]}": 1 for k, e, *_ in files.ledger()}
+    assert sorted({k for k, *_ in files.ledger()}) == [files.key(n) for n in (1, 2, 3, 4)]
+
+    # the same run again (a retry of the task): nothing new, nothing loaded twice
+    again = files.operator(files_from="events").execute(triggered_by(one, two))
+    assert (again["written_rows"], again["ledger"]["new"]) == (0, 0)
+    assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 2, 3, 4)
+
+
+def test_a_run_no_event_triggered_lists_the_glob(stack: LocalStack, files: Files, s3_calls: list[str]) -> None:
+    files.put(1, 2)
+    xcom = files.operator(files_from="events").execute(fake_context())
+    assert xcom["written_rows"] == 2 * files.rows and fingerprint(stack, files.table) == clean_of(stack, files, 1, 2)
+    assert "ListObjectsV2" in s3_calls
+
+
+def test_events_without_the_ledger_are_refused_before_any_server_call(files: Files, s3_calls: list[str]) -> None:
+    operator = files.operator(files_from="events", clickhouse_conn_id="no_such_connection")
+    operator.skip_loaded = False
+    with pytest.raises(InvalidRequestError, match="files_from='events' needs skip_loaded=True"):
+        operator.execute(triggered_by([EventFile(key=files.key(1), size=1, etag="e",
+                                                 last_modified=datetime(2026, 1, 1, tzinfo=UTC))]))
+    assert s3_calls == []
+
+
+def test_files_from_is_checked_when_the_dag_is_parsed(files: Files) -> None:
+    with pytest.raises(InvalidRequestError, match="files_from='sqs'"):
+        files.operator(files_from="sqs")
