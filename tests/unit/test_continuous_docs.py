@@ -1,0 +1,35 @@
+"""docs/continuous.md quotes the watcher's defaults and the event's bound as the code sets them."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+import pytest
+
+from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT
+from airflow_provider_s3ch.operators.s3_to_clickhouse import FILES_FROM, S3ToClickHouseOperator
+from airflow_provider_s3ch.triggers.s3_events import S3ListingEventTrigger
+
+PAGE = (Path(__file__).parents[2] / "docs" / "continuous.md").read_text()
+README = (Path(__file__).parents[2] / "README.md").read_text()
+TRIGGER = inspect.signature(S3ListingEventTrigger.__init__).parameters
+OPERATOR = inspect.signature(S3ToClickHouseOperator.__init__).parameters
+
+
+@pytest.mark.parametrize("phrase", [
+    f"| `poll_interval` | {TRIGGER['poll_interval'].default:g} s |",
+    f"| `full_listing_every` | {TRIGGER['full_listing_every'].default} |",
+    f"| `keys_sort_by_arrival` | `{TRIGGER['keys_sort_by_arrival'].default}` |",
+    f"| `aws_conn_id` | `{TRIGGER['aws_conn_id'].default}` |",
+    f"| `max_files_per_event` | {TRIGGER['max_files_per_event'].default} (`MAX_FILES_PER_EVENT`, also the most) |",
+    f"events of at most {MAX_FILES_PER_EVENT} files (`MAX_FILES_PER_EVENT`)",
+])
+def test_the_page_quotes_the_codes_figures(phrase: str) -> None:
+    assert phrase in PAGE
+
+
+def test_the_readme_gives_files_from_its_default_and_values() -> None:
+    assert OPERATOR["files_from"].default == FILES_FROM[0]
+    row = next(line for line in README.splitlines() if line.startswith("| `files_from` |"))
+    assert f"| `{FILES_FROM[0]}` |" in row and all(f"`{value}`" in row for value in FILES_FROM)
