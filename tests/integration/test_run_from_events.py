@@ -122,8 +122,3 @@ def test_events_without_the_ledger_are_refused_before_any_server_call(files: Fil
         operator.execute(triggered_by([EventFile(key=files.key(1), size=1, etag="e",
                                                  last_modified=datetime(2026, 1, 1, tzinfo=UTC))]))
     assert s3_calls == []
-
-
-def test_files_from_is_checked_when_the_dag_is_parsed(files: Files) -> None:
-    with pytest.raises(InvalidRequestError, match="files_from='sqs'"):
-        files.operator(files_from="sqs")
