@@ -20,7 +20,7 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote_plus
@@ -107,16 +107,22 @@ def _utc(text: str) -> datetime:
     return moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
 
 
-def matching(files: Iterable[EventFile], pattern: str, settings: Mapping[str, object] | None = None) -> list[EventFile]:
-    """The files ClickHouse's ``s3()`` reads for the key glob (an archive glob: the archives it names); folder
-    markers (a key ending in ``/``, empty) are left out, as a listing leaves them.
+def key_filter(pattern: str, settings: Mapping[str, object] | None = None) -> Callable[[str, int], bool]:
+    """Whether ClickHouse's ``s3()`` reads a key (of a size) for the key glob (an archive glob: the archives it
+    names); folder markers (a key ending in ``/``, empty) are left out, as a listing leaves them.
 
     :param pattern: the key part of the operator's ``s3_uri``.
     :param settings: the load's settings (``allow_archive_path_syntax``).
     :raises InvalidRequestError: when ClickHouse rejects the glob.
     """
     glob = compile_glob(split_archive(pattern, archive_path_syntax(settings))[0])
-    return [f for f in files if glob.fullmatch(f.key) and not (f.key.endswith("/") and f.size == 0)]
+    return lambda key, size: glob.fullmatch(key) and not (key.endswith("/") and size == 0)
+
+
+def matching(files: Iterable[EventFile], pattern: str, settings: Mapping[str, object] | None = None) -> list[EventFile]:
+    """The files the key glob selects (:func:`key_filter`), in their order."""
+    selects = key_filter(pattern, settings)
+    return [f for f in files if selects(f.key, f.size)]
 
 
 def collapse(files: Iterable[EventFile]) -> list[EventFile]:

@@ -292,7 +292,8 @@ class S3ToClickHouseOperator(BaseOperator):
 
     def event_files(self, context: Context, request: LoadRequest) -> list[EventFile] | None:
         """The files the run's triggering asset events name (the latest version of each key), or None where the
-        run lists: ``files_from="listing"``, or a run no asset event triggered (a time schedule, a manual run).
+        run lists: ``files_from="listing"``, or a run no S3 watcher's event triggered (a time schedule, a manual
+        run, another kind of asset event).
 
         :raises InvalidRequestError: ``files_from="events"`` without ``skip_loaded=True``: an event is a hint,
             the ledger says what is new.
@@ -310,6 +311,10 @@ class S3ToClickHouseOperator(BaseOperator):
             self.log.info("No asset event triggered this run: listing %s", request.s3_uri)
             return None
         payloads = event_payloads(extras, request.bucket)
+        if not payloads:  # events of another kind (a task's outlet, one posted by hand): the listing decides
+            self.log.info("None of the %d asset event(s) is an S3 watcher's of bucket %s: listing %s", len(extras),
+                          request.bucket, request.s3_uri)
+            return None
         files = union(payloads)
         self.log.info("%d asset event(s), %d of them from an S3 watcher of bucket %s: %d file(s), no listing",
                       len(extras), len(payloads), request.bucket, len(files))

@@ -25,7 +25,7 @@ from typing import Any
 from airflow.triggers.base import TriggerEvent
 
 from airflow_provider_s3ch.compat import AssetWatcher, BaseEventTrigger
-from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventFile, EventPayload, matching, payloads
+from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventFile, EventPayload, key_filter, payloads
 from airflow_provider_s3ch.core.glob import literal_prefix
 from airflow_provider_s3ch.core.models import LoadRequest, bucket_of, key_pattern_of
 from airflow_provider_s3ch.errors import S3chTransientError, provider_errors, require
@@ -152,12 +152,13 @@ class S3ListingEventTrigger(BaseEventTrigger):
         full = full or cursor.start_after is None
         if self._source is None:
             self._source = S3Source(self.aws_conn_id)
-        client, found, last, calls = self._source.client(), [], cursor.start_after, 0
+        selects, emitted = key_filter(pattern), cursor.emitted
+        client, new, last, calls = self._source.client(), [], cursor.start_after, 0
         for page in list_pages(client, self.bucket, literal_prefix(pattern), None if full else cursor.start_after):
             calls += 1
-            found.extend(EventFile.of_entry(e) for e in page)
+            new.extend(EventFile.of_entry(e) for e in page if selects(e["Key"], int(e.get("Size") or 0))
+                       and emitted.get(e["Key"]) != str(e.get("ETag") or "").strip('"'))
             last = max([last or "", *(e["Key"] for e in page)]) or None
-        new = [f for f in matching(found, pattern) if cursor.emitted.get(f.key) != f.etag]
         return Look(new, full, last, calls)
 
     def _events(self, look: Look) -> list[EventPayload]:

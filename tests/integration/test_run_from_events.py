@@ -108,11 +108,19 @@ def test_a_run_loads_the_new_matching_files_its_events_name_and_lists_nothing(
     assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 2, 3, 4)
 
 
-def test_a_run_no_event_triggered_lists_the_glob(stack: LocalStack, files: Files, s3_calls: list[str]) -> None:
+def test_a_run_no_watchers_event_triggered_lists_the_glob(stack: LocalStack, files: Files, s3_calls: list[str]) -> None:
     files.put(1, 2)
     xcom = files.operator(files_from="events").execute(fake_context())
     assert xcom["written_rows"] == 2 * files.rows and fingerprint(stack, files.table) == clean_of(stack, files, 1, 2)
     assert "ListObjectsV2" in s3_calls
+    # asset events, but none of them an S3 watcher's (one posted by hand): the run lists too
+    files.put(3)
+    s3_calls.clear()
+    context = fake_context()
+    context["triggering_asset_events"] = {"landing": [types.SimpleNamespace(extra={"note": "by hand"})]}
+    xcom = files.operator(files_from="events").execute(context)
+    assert xcom["ledger"]["new_keys"] == [files.key(3)] and "ListObjectsV2" in s3_calls
+    assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 2, 3)
 
 
 def test_events_without_the_ledger_are_refused_before_any_server_call(files: Files, s3_calls: list[str]) -> None:
