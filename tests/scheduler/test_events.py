@@ -9,7 +9,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
+from airflow_provider_s3ch.compat import AIRFLOW
 from airflow_provider_s3ch.local import LocalStack
 from tests.integration.faults import fingerprint
 from tests.scheduler.support import Airflow, wait_for
@@ -76,5 +78,8 @@ def test_files_put_reach_the_table_through_asset_events(stack: LocalStack, tmp_p
     assert runs and all(run == ("asset_triggered", "success") for run in runs), runs
     events = airflow.db("SELECT extra FROM asset_event")
     assert events and all('"from_trigger": true' in extra for (extra,) in events), events
+    if Version("3.3") <= AIRFLOW:  # the watcher's cursor in the asset's state store
+        stored = airflow.db("SELECT key, value FROM asset_state_store WHERE key LIKE 's3ch.listing:%'")
+        assert len(stored) == 1 and f'"start_after": "{PREFIX}f-05.csv"' in stored[0][1].replace('":"', '": "'), stored
     print(f"\n{len(runs)} asset-triggered run(s) from {len(events)} asset event(s); 3 files put -> rows readable in "
           f"{latency:.1f} s (poll_interval 1 s)")
