@@ -204,3 +204,23 @@ def manifest_of(request: LoadRequest, files: Iterable[EventFile], *, region: str
         obj.etag, obj.last_modified = versions[obj.key].etag or None, versions[obj.key].last_modified
     check_listing(request, listing)
     return make_manifest(request, listing, region=region, calls=calls)
+
+
+def message_files(body: str, bucket: str | None = None) -> list[EventFile] | None:
+    """The created files one SQS message names: an S3 event notification as S3 sends it to a queue, or one that
+    an SNS topic passed on (``{"Type": "Notification", "Message": "<the notification as text>"}``).
+
+    :param body: the message's body.
+    :param bucket: keep only records of this bucket; None keeps all.
+    :return: :func:`notification_files` of the notification (none for the ``s3:TestEvent``); None when the body
+        is no S3 notification a file could be read from (not JSON, a record without its key or time).
+    """
+    try:
+        message = json.loads(body)
+        if isinstance(message, Mapping) and message.get("Type") == "Notification" and "Message" in message:
+            message = json.loads(message["Message"])
+        if not isinstance(message, Mapping):
+            return None
+        return notification_files(message, bucket)
+    except (ValueError, TypeError, KeyError, AttributeError):  # pydantic's ValidationError is a ValueError
+        return None
