@@ -280,6 +280,47 @@ class LocalStack:
         with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
             client.create_bucket(**kwargs)
 
+    def sqs_client(self, region: str | None = None) -> Any:
+        """A boto3 SQS client on the local S3 server, which serves SQS too.
+
+        :param region: the client's region (default: the stack's).
+        """
+        import boto3
+
+        return boto3.client(
+            "sqs",
+            endpoint_url=self.s3_endpoint,
+            aws_access_key_id=self.s3_access_key,
+            aws_secret_access_key=self.s3_secret_key,
+            region_name=region or self.region,
+        )
+
+    def notify_queue(self, bucket: str, queue: str, *, prefix: str = "", visibility_timeout: int | None = None) -> str:
+        """Create the SQS queue ``queue`` (if it does not exist) and have ``bucket`` send it an event notification
+        for every object created under ``prefix``, beside the notifications the bucket already sends.
+
+        The server then sends the queue an ``s3:TestEvent`` first, as S3 does; it drops a notification whose
+        queue does not exist, and loses its queues when it restarts (:meth:`start_s3`).
+
+        :param bucket: an existing bucket (:meth:`create_bucket`).
+        :param queue: the queue's name.
+        :param prefix: only keys starting with it are notified.
+        :param visibility_timeout: the queue's visibility timeout in seconds (SQS's default, 30 s, if None).
+        :return: the queue's URL.
+        """
+        sqs, s3 = self.sqs_client(), self.s3_client()
+        attributes = {} if visibility_timeout is None else {"VisibilityTimeout": str(int(visibility_timeout))}
+        url = sqs.create_queue(QueueName=queue, Attributes=attributes)["QueueUrl"]
+        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        config = s3.get_bucket_notification_configuration(Bucket=bucket)
+        config.pop("ResponseMetadata", None)
+        entry: dict[str, Any] = {"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}
+        if prefix:
+            entry["Filter"] = {"Key": {"FilterRules": [{"Name": "prefix", "Value": prefix}]}}
+        config["QueueConfigurations"] = [*config.get("QueueConfigurations", []), entry]
+        s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration=config)
+        return str(url)
+
     def clickhouse_client(self, node: int = 0, **kwargs: Any) -> Any:
         """A ``clickhouse_driver.Client`` on one node."""
         from clickhouse_driver import Client
