@@ -38,6 +38,11 @@ try:  # Airflow 3: a trigger that watches an asset; Airflow 2 has no watchers
 except ImportError:  # pragma: no cover - Airflow 2
     AssetWatcher = None  # type: ignore[assignment,misc]
 
+try:  # Airflow 3.3: an event trigger's broker advanced only after its events are stored (the ack mode)
+    from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
+except ImportError:  # pragma: no cover - Airflow 2 and 3.0 to 3.2
+    AdvanceItem = SharedStreamProducer = None  # type: ignore[assignment,misc]
+
 #: The Airflow this process runs, as a comparable version.
 AIRFLOW = Version(Version(AIRFLOW_VERSION).base_version)
 AIRFLOW_3 = AIRFLOW.major >= 3
@@ -91,6 +96,7 @@ __all__ = [
     "AIRFLOW",
     "AIRFLOW_3",
     "AIRFLOW_VERSION",
+    "AdvanceItem",
     "AirflowException",
     "ConnectionForm",
     "AirflowFailException",
@@ -104,6 +110,7 @@ __all__ = [
     "BaseSensorOperator",
     "Context",
     "PokeReturnValue",
+    "SharedStreamProducer",
     "conf",
     "mask_secret",
 ]

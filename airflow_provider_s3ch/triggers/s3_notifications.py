@@ -1,0 +1,311 @@
+"""S3NotificationEventTrigger: an asset watcher's trigger that reads S3 event notifications from an SQS queue and
+hands on the files they name.
+
+The bucket sends a notification to the queue for each object created; the trigger receives them (SQS long
+polling: a message is handed on as soon as it lands), keeps the created files the operator's glob selects, exactly
+as ClickHouse's ``s3()`` does, collapses the duplicates of one receive and hands the files on as events of at most
+:data:`~airflow_provider_s3ch.core.events.MAX_FILES_PER_EVENT` files each
+(:class:`~airflow_provider_s3ch.core.events.EventPayload`, the listing watcher's shape: an operator with
+``files_from="events"`` takes both). Test events, other buckets' files and files the glob leaves out are deleted
+without an event.
+
+A message is deleted only once the events made from it were handed on:
+
+* on Airflow 3.3, through Airflow's shared-stream ack mode: one reader per queue (:class:`SqsProducer`) feeds every
+  trigger on that queue, and a receive's messages are deleted once each trigger moved past them and Airflow
+  confirmed that the events they made are stored; a message whose event was not stored (the triggerer died, the
+  store failed) stays in the queue and comes back after its visibility timeout;
+* on Airflow 3.0 to 3.2, once the trigger's ``yield`` of the receive's last event returned: Airflow has taken the
+  event but stores it a moment later, so a triggerer that dies in between loses that receive's events (the
+  listing watcher's full listing is the backstop that finds those files: docs/continuous.md).
+
+Notifications are hints and the file ledger is the truth: an event that comes twice, late or never can neither
+duplicate nor, with the listing watcher beside it, lose a file. The queue's calls are boto3's, blocking: they run
+in a thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow.triggers.base import TriggerEvent
+from botocore.exceptions import BotoCoreError, ClientError
+
+from airflow_provider_s3ch.compat import AssetWatcher, BaseEventTrigger, SharedStreamProducer
+from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventPayload, matching, message_files, payloads
+from airflow_provider_s3ch.core.models import LoadRequest, bucket_of, key_pattern_of
+from airflow_provider_s3ch.errors import provider_errors, require
+from airflow_provider_s3ch.triggers.s3_events import WATCHERS_SINCE
+
+log = logging.getLogger(__name__)
+
+#: Whether this Airflow has the shared-stream ack mode (3.3): messages are deleted once their events are stored.
+ACK_MODE = SharedStreamProducer is not None
+#: The most messages one SQS receive returns, and the longest it may wait (long polling).
+SQS_MAX_MESSAGES, SQS_MAX_WAIT = 10, 20
+#: The longest pause after receives that failed one after another (the pause doubles from 1 s).
+MAX_BACKOFF = 60.0
+
+
+@dataclass(frozen=True)
+class Message:
+    """One SQS message: its id, the receipt that deletes it, its body (the notification)."""
+
+    id: str
+    receipt: str
+    body: str
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What one receive brought (and the receives that followed at once while they came back full)."""
+
+    messages: tuple[Message, ...] = ()
+
+
+@dataclass(frozen=True)
+class Receiving:
+    """How the queue is read: the queue, the connection, and the receive's settings."""
+
+    queue_url: str
+    aws_conn_id: str | None = "aws_default"
+    region_name: str | None = None
+    wait_time: int = SQS_MAX_WAIT
+    poll_interval: float = 0.0
+    max_messages: int = SQS_MAX_MESSAGES
+    visibility_timeout: int | None = None
+    #: Receives one batch may gather while they come back full.
+    max_receives: int = 10
+
+
+class SqsQueue:
+    """The queue's boto3 client, from the Airflow ``aws`` connection (its ``endpoint_url``, or the one its
+    ``service_config`` gives ``sqs``). Blocking: callers run the calls in a thread."""
+
+    def __init__(self, settings: Receiving) -> None:
+        self.settings = settings
+        self._client: Any = None
+        self.failures = 0
+
+    def client(self) -> Any:
+        if self._client is None:
+            from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+
+            with provider_errors():
+                hook = AwsBaseHook(aws_conn_id=self.settings.aws_conn_id, client_type="sqs")
+                self._client = hook.get_client_type(region_name=self.settings.region_name)
+        return self._client
+
+    def receive(self) -> Batch:
+        """Receive the messages waiting (long polling: at most ``wait_time`` seconds until one lands); while a
+        receive comes back full, receive again at once, up to ``max_receives`` receives."""
+        s, messages = self.settings, []
+        extra = {} if s.visibility_timeout is None else {"VisibilityTimeout": int(s.visibility_timeout)}
+        for n in range(max(1, s.max_receives)):
+            answer = self.client().receive_message(QueueUrl=s.queue_url, MaxNumberOfMessages=s.max_messages,
+                                                   WaitTimeSeconds=s.wait_time if n == 0 else 0, **extra)
+            got = answer.get("Messages") or []
+            messages.extend(Message(m["MessageId"], m["ReceiptHandle"], m.get("Body") or "") for m in got)
+            if len(got) < s.max_messages:
+                break
+        return Batch(tuple(messages))
+
+    def delete(self, messages: Sequence[Message]) -> int:
+        """Delete the messages (ten a call); the number deleted. A message SQS refuses to delete is logged: it comes
+        back after its visibility timeout, a duplicate hint the ledger ignores."""
+        deleted = 0
+        for i in range(0, len(messages), SQS_MAX_MESSAGES):
+            chunk = messages[i:i + SQS_MAX_MESSAGES]
+            answer = self.client().delete_message_batch(
+                QueueUrl=self.settings.queue_url,
+                Entries=[{"Id": str(n), "ReceiptHandle": m.receipt} for n, m in enumerate(chunk)])
+            failed = answer.get("Failed") or []
+            for entry in failed:
+                log.warning("SQS did not delete message %s of %s: %s", chunk[int(entry["Id"])].id,
+                            self.settings.queue_url, entry.get("Message") or entry.get("Code"))
+            deleted += len(chunk) - len(failed)
+        return deleted
+
+
+async def receive(queue: SqsQueue) -> Batch:
+    """One batch from the queue, in a thread; a receive that fails is logged and makes an empty batch after a pause
+    that doubles from 1 s up to :data:`MAX_BACKOFF` (no retry storm while SQS is away)."""
+    try:
+        batch = await asyncio.to_thread(queue.receive)
+    except (ClientError, BotoCoreError) as exc:
+        queue.failures += 1
+        pause = min(MAX_BACKOFF, 2.0 ** (queue.failures - 1))
+        log.warning("receiving from %s failed (%s); next receive in %.0f s", queue.settings.queue_url, exc, pause)
+        await asyncio.sleep(pause)
+        return Batch()
+    queue.failures = 0
+    if not batch.messages and queue.settings.poll_interval > 0:
+        await asyncio.sleep(queue.settings.poll_interval)
+    return batch
+
+
+async def delete(queue: SqsQueue, messages: Sequence[Message]) -> int:
+    """Delete the messages, in a thread; a failure is logged (the messages come back after their visibility timeout)
+    and deletes none."""
+    if not messages:
+        return 0
+    try:
+        return await asyncio.to_thread(queue.delete, messages)
+    except (ClientError, BotoCoreError) as exc:
+        log.warning("deleting %d message(s) from %s failed (%s); they come back after their visibility timeout",
+                    len(messages), queue.settings.queue_url, exc)
+        return 0
+
+
+class SqsProducer(SharedStreamProducer or object):  # type: ignore[misc]
+    """The one reader of a queue on Airflow 3.3 (the shared-stream ack mode): it yields each receive's batch to the
+    triggers on the queue, and deletes a batch's messages when Airflow advances it, that is once every trigger
+    moved past it and the events they made from it are stored. A batch that a trigger failed on (its events never
+    confirmed stored) is not deleted: SQS hands its messages out again after their visibility timeout."""
+
+    def __init__(self, settings: Receiving) -> None:
+        self.queue = SqsQueue(settings)
+
+    async def open_stream(self) -> AsyncIterator[tuple[Batch, tuple[Message, ...]]]:
+        while True:
+            batch = await receive(self.queue)
+            yield batch, batch.messages
+            if batch.messages:
+                # An empty batch right after: the triggers move past the one before at once, so its messages
+                # are deleted as soon as their events are stored, not after the next receive's wait.
+                yield Batch(), ()
+
+    async def advance(self, batch: Sequence[Any]) -> None:
+        done = [m for item in batch if item.outcome.is_clean for m in item.broker_payload]
+        kept = sum(len(item.broker_payload) for item in batch if not item.outcome.is_clean)
+        if kept:
+            log.warning("%d message(s) of %s kept: an event made from them was not stored; SQS hands them out again",
+                        kept, self.queue.settings.queue_url)
+        await delete(self.queue, done)
+
+
+class S3NotificationEventTrigger(BaseEventTrigger):
+    """Read S3 event notifications from an SQS queue and yield the created files ``s3_uri`` selects as events.
+
+    :param queue_url: the SQS queue the bucket sends its event notifications to (``s3:ObjectCreated:*``).
+    :param s3_uri: ``s3://bucket/glob``, the operator's own: the files are those ClickHouse's ``s3()`` reads.
+    :param aws_conn_id: the ``aws`` connection that reads the queue.
+    :param region_name: the queue's region; None: the connection's.
+    :param wait_time: seconds one receive waits for a message to land (SQS long polling, at most 20).
+    :param poll_interval: seconds between a receive that found nothing and the next (long polling already waits).
+    :param max_messages: the most messages one receive returns (at most 10, SQS's limit).
+    :param visibility_timeout: seconds a received message stays hidden from other receives; one not deleted by then
+        (its event not yet stored) is received again. None: the queue's own (SQS's default: 30 s).
+    :param max_files_per_event: the most files one event names (at most
+        :data:`~airflow_provider_s3ch.core.events.MAX_FILES_PER_EVENT`).
+    """
+
+    def __init__(
+        self,
+        *,
+        queue_url: str,
+        s3_uri: str,
+        aws_conn_id: str | None = "aws_default",
+        region_name: str | None = None,
+        wait_time: int = SQS_MAX_WAIT,
+        poll_interval: float = 0.0,
+        max_messages: int = SQS_MAX_MESSAGES,
+        visibility_timeout: int | None = None,
+        max_files_per_event: int = MAX_FILES_PER_EVENT,
+    ) -> None:
+        super().__init__()
+        with provider_errors():
+            LoadRequest._uri(s3_uri)
+        self.queue_url = queue_url
+        self.s3_uri = s3_uri
+        self.aws_conn_id = aws_conn_id
+        self.region_name = region_name
+        self.wait_time = max(0, min(int(wait_time), SQS_MAX_WAIT))
+        self.poll_interval = max(0.0, float(poll_interval))
+        self.max_messages = max(1, min(int(max_messages), SQS_MAX_MESSAGES))
+        self.visibility_timeout = None if visibility_timeout is None else max(0, int(visibility_timeout))
+        self.max_files_per_event = max(1, min(int(max_files_per_event), MAX_FILES_PER_EVENT))
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "queue_url": self.queue_url,
+                "s3_uri": self.s3_uri,
+                "aws_conn_id": self.aws_conn_id,
+                "region_name": self.region_name,
+                "wait_time": self.wait_time,
+                "poll_interval": self.poll_interval,
+                "max_messages": self.max_messages,
+                "visibility_timeout": self.visibility_timeout,
+                "max_files_per_event": self.max_files_per_event,
+            },
+        )
+
+    @property
+    def bucket(self) -> str:
+        return bucket_of(self.s3_uri)
+
+    @classmethod
+    def receiving(cls, kwargs: dict[str, Any]) -> Receiving:
+        """How the queue is read, from a trigger's serialized arguments."""
+        trigger = cls(**kwargs)
+        return Receiving(queue_url=trigger.queue_url, aws_conn_id=trigger.aws_conn_id,
+                         region_name=trigger.region_name, wait_time=trigger.wait_time,
+                         poll_interval=trigger.poll_interval, max_messages=trigger.max_messages,
+                         visibility_timeout=trigger.visibility_timeout)
+
+    def events(self, batch: Batch) -> list[EventPayload]:
+        """The events of one batch: the created files of the bucket that the glob selects, one entry per key and
+        ETag, cut into bounded events. Messages that are no S3 notification are logged."""
+        files = []
+        for message in batch.messages:
+            named = message_files(message.body, self.bucket)
+            if named is None:
+                log.warning("message %s of %s is no S3 event notification; dropped", message.id, self.queue_url)
+            else:
+                files.extend(named)
+        selected = matching(files, key_pattern_of(self.s3_uri))
+        events = payloads(self.bucket, selected, limit=self.max_files_per_event)
+        if batch.messages:
+            log.info("%d message(s) from %s: %d file(s) for %s in %d event(s)", len(batch.messages),
+                     self.queue_url, len({(f.key, f.etag) for f in selected}), self.s3_uri, len(events))
+        return events
+
+    # ------------------------------------------------------------------ Airflow 3.3: the ack mode
+    def shared_stream_key(self) -> Any:
+        """Where Airflow has the ack mode, the triggers on one queue share its one reader (:class:`SqsProducer`):
+        a message is deleted once every one of them moved past it."""
+        return ("s3ch.sqs", self.queue_url, self.region_name, self.aws_conn_id) if ACK_MODE else None
+
+    @classmethod
+    def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> Any:
+        return SqsProducer(cls.receiving(kwargs))
+
+    async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        async for batch in shared_stream:
+            for event in self.events(batch):
+                yield TriggerEvent(event.to_event())
+
+    # ------------------------------------------------------------------ elsewhere: delete after the yield
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        queue = SqsQueue(self.receiving(self.serialize()[1]))
+        while True:
+            batch = await receive(queue)
+            for event in self.events(batch):
+                yield TriggerEvent(event.to_event())
+            await delete(queue, batch.messages)
+
+
+def notification_watcher(name: str, **trigger: Any) -> Any:
+    """An ``AssetWatcher`` named ``name`` whose trigger is an :class:`S3NotificationEventTrigger` of ``trigger``'s
+    arguments, for ``Asset(..., watchers=[...])``.
+
+    :raises NeedsNewerAirflowError: on Airflow 2, which has no asset watchers.
+    """
+    require("an S3 notification watcher (AssetWatcher)", WATCHERS_SINCE)
+    return AssetWatcher(name=name, trigger=S3NotificationEventTrigger(**trigger))
