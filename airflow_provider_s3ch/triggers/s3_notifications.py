@@ -35,7 +35,7 @@ from typing import Any
 from airflow.triggers.base import TriggerEvent
 from botocore.exceptions import BotoCoreError, ClientError
 
-from airflow_provider_s3ch.compat import AssetWatcher, BaseEventTrigger, SharedStreamProducer
+from airflow_provider_s3ch.compat import AdvanceItem, AssetWatcher, BaseEventTrigger, SharedStreamProducer
 from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventPayload, matching, message_files, payloads
 from airflow_provider_s3ch.core.models import LoadRequest, bucket_of, key_pattern_of
 from airflow_provider_s3ch.errors import provider_errors, require
@@ -179,7 +179,7 @@ class SqsProducer(SharedStreamProducer or object):  # type: ignore[misc]
                 # are deleted as soon as their events are stored, not after the next receive's wait.
                 yield Batch(), ()
 
-    async def advance(self, batch: Sequence[Any]) -> None:
+    async def advance(self, batch: Sequence[AdvanceItem]) -> None:
         done = [m for item in batch if item.outcome.is_clean for m in item.broker_payload]
         kept = sum(len(item.broker_payload) for item in batch if not item.outcome.is_clean)
         if kept:
