@@ -93,7 +93,8 @@ def test_events_name_the_matching_files_once_and_every_message_is_deleted(
     odd = "in/the dog é+ü.csv"
     put(stack, bucket, "in/a.csv", "in/b.csv", "in/skip.parquet", "in/sub/c.csv", odd)
     put(stack, bucket, "in/a.csv")  # the same bytes again: a second notification, the same ETag
-    wait_for_messages(stack, url, 7)  # S3's test event first, then one per put
+    stack.sqs_client().send_message(QueueUrl=url, MessageBody="no notification")  # logged and deleted
+    wait_for_messages(stack, url, 8)  # S3's test event first, then one per put, and the stray message
     trigger = trigger_of(bucket, url)
     latencies: list[float] = []
 
@@ -112,7 +113,7 @@ def test_events_name_the_matching_files_once_and_every_message_is_deleted(
     assert sorted(keys(first)) == sorted(["in/a.csv", "in/b.csv", odd])  # decoded, once each, glob's only
     assert first.bucket == bucket and first.pending == 0 and all(f.etag and f.size for f in first.files)
     assert [keys(e) for e in later] == [["in/d.csv"], ["in/e.csv"], ["in/f.csv"]]
-    assert left == 0  # every message deleted: the test event, the glob's files, the others
+    assert left == 0  # every message deleted: the test event, the glob's files, the others, the stray one
     print(f"put_object -> event: {', '.join(f'{s:.3f}' for s in latencies)} s")
 
 
@@ -190,10 +191,43 @@ def test_with_the_ack_mode_messages_are_deleted_once_their_events_are_stored(
 
 
 @pytest.mark.skipif(not ACK_MODE, reason="Airflow 3.3's shared-stream ack mode")
-def test_triggers_on_one_queue_share_its_reader(notified: tuple[str, str]) -> None:
+def test_triggers_on_one_queue_share_its_reader(stack: LocalStack, notified: tuple[str, str]) -> None:
+    """Two globs on one queue: each trigger gets its own files from the one reader, and a message is deleted only
+    once both moved past it with their events stored."""
+    from airflow.triggers.shared_stream import SharedStreamManager
+
     bucket, url = notified
+    put(stack, bucket, "in/a.csv", "in/b.txt")
+    wait_for_messages(stack, url, 3)
     csv, txt = trigger_of(bucket, url), trigger_of(bucket, url, "in/*.txt")
-    assert csv.shared_stream_key() == txt.shared_stream_key() is not None
+    key = csv.shared_stream_key()
+    assert key is not None and txt.shared_stream_key() == key
+
+    async def scenario() -> tuple[list[list[str]], int, int]:
+        manager = SharedStreamManager(ack_timeout=60)
+        streams = [t.filter_shared_stream(manager.subscribe(trigger_id=n, trigger=t, key=key))
+                   for n, t in enumerate((csv, txt))]
+        got, seqs = [], []
+        for n, stream in enumerate(streams):
+            got.append(keys(await next_event(stream)))
+            seqs.append(manager.bind_pending_event(trigger_id=n, key=key))
+        manager.confirm_persisted(seqs[:1])  # the first trigger's event stored, not yet the second's
+        going = [asyncio.ensure_future(stream.__anext__()) for stream in streams]
+        await asyncio.sleep(0.5)
+        before = await asyncio.to_thread(in_queue, stack, url)
+        manager.confirm_persisted(seqs[1:])
+        left = await until_empty(stack, url)
+        for task in going:
+            task.cancel()
+        await asyncio.gather(*going, return_exceptions=True)
+        for n, stream in enumerate(streams):
+            await stream.aclose()
+            await manager.unsubscribe(n, key)
+        return got, before, left
+
+    got, before, left = asyncio.run(scenario())
+    assert got == [["in/a.csv"], ["in/b.txt"]]
+    assert before == 3 and left == 0  # kept while one trigger's event was not stored, then deleted
 
 
 def test_the_identity_is_the_arguments_without_credentials(notified: tuple[str, str]) -> None:
