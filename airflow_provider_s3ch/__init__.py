@@ -130,7 +130,8 @@ def get_provider_info() -> dict[str, object]:
         "triggers": [
             {
                 "integration-name": "Amazon Simple Storage Service (S3)",
-                "python-modules": ["airflow_provider_s3ch.triggers.s3_glob"],
+                "python-modules": ["airflow_provider_s3ch.triggers.s3_glob", "airflow_provider_s3ch.triggers.s3_events",
+                                   "airflow_provider_s3ch.triggers.s3_notifications"],
             },
             {
                 "integration-name": "ClickHouse",

@@ -30,7 +30,8 @@ def test_airflow_lists_the_trigger() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     assert sorted(json.loads(out.stdout.strip().splitlines()[-1])) == [
-        "airflow_provider_s3ch.triggers.load", "airflow_provider_s3ch.triggers.s3_glob"
+        "airflow_provider_s3ch.triggers.load", "airflow_provider_s3ch.triggers.s3_events",
+        "airflow_provider_s3ch.triggers.s3_glob", "airflow_provider_s3ch.triggers.s3_notifications",
     ]
 
 
