@@ -99,9 +99,11 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/bench/test_bench_smoke.py": "the benchmark harness (bench/), its loads and ratios",
 }
 # Tests of a listed module that go through Airflow itself, and so run on every version.
-THROUGH_AIRFLOW: frozenset[str] = frozenset({
-    "tests/integration/test_ledger.py::test_the_example_dag_loads_the_new_files_on_each_run",
-})
+THROUGH_AIRFLOW: frozenset[str] = frozenset(
+    {
+        "tests/integration/test_ledger.py::test_the_example_dag_loads_the_new_files_on_each_run",
+    }
+)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
