@@ -35,7 +35,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # depend on Airflow. The integration modules below call `op.execute(context)` as the way into the load path;
 # the operator's own Airflow surface is checked, per version, by the modules not listed (test_operator_load,
 # test_bad_input, test_connections, test_deferrable, test_server_restart, test_glob_sensor, test_lineage,
-# test_secrets, test_s3_access, the unit tests of the provider's Airflow classes, and tests/dags).
+# test_secrets, test_s3_access, the unit tests of the provider's Airflow classes, and tests/dags). Some listed
+# modules assert that an error is an AirflowFailException or a run an AirflowSkipException: that the provider's
+# errors are Airflow's exceptions is checked per version by tests/unit/test_errors.py and test_bad_input.
 AIRFLOW_INDEPENDENT: dict[str, str] = {
     # The pure core: plain functions over pydantic models; nothing in them imports Airflow.
     "tests/unit/test_glob_linear.py": "core.glob's regexes",
