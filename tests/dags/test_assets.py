@@ -19,7 +19,7 @@ from airflow_provider_s3ch.compat import AIRFLOW_3
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.cli import read_xcom
 from airflow_provider_s3ch.local.sample import SampleDataset, posts_ddl, write_posts
-from tests.dags.test_dags import _airflow
+from tests.dags.test_dags import _airflow, prepare_home
 
 DAGS = Path(__file__).parent / "dags"
 DAG_ID = "s3ch_assets"
@@ -47,9 +47,7 @@ def assets_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
         with pytest.MonkeyPatch.context() as env:  # the OpenLineage listener of these commands only
             env.setenv("AIRFLOW__OPENLINEAGE__TRANSPORT", transport)
             env.setenv("AIRFLOW__OPENLINEAGE__NAMESPACE", "s3ch-tests")
-            for args in (("db", "migrate"), ("dags", "reserialize")):
-                out = _airflow(home, DAGS, stack, *args)
-                assert out.returncode == 0, out.stderr[-3000:]
+            prepare_home(home, lambda *args: _airflow(home, DAGS, stack, *args))
             out = _airflow(home, DAGS, stack, "dags", "test", DAG_ID)
         log = out.stdout + out.stderr
         assert out.returncode == 0 and "state=success" in log, log[-5000:]

@@ -17,7 +17,7 @@ from airflow_provider_s3ch.compat import AIRFLOW_3
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.cli import read_xcom
 from airflow_provider_s3ch.local.sample import write_posts
-from tests.dags.test_dags import ROOT, _airflow
+from tests.dags.test_dags import ROOT, _airflow, prepare_home
 
 DAG_ID = "s3_to_clickhouse_backfill"
 CONF = {"bucket": "s3ch-backfill", "database": "backfill"}
@@ -49,9 +49,7 @@ def test_rerunning_a_month_gives_the_same_rows(tmp_path: Path, backfill_stack: L
     data = write_posts(stack.s3_client(), "s3ch-backfill", rows=12_000, months=6)  # 2008-07 .. 2008-12
     home = tmp_path / "airflow"
     home.mkdir()
-    for args in (("db", "migrate"), ("dags", "reserialize")):
-        out = _airflow(home, ROOT / "example_dags", stack, *args)
-        assert out.returncode == 0, out.stderr[-3000:]
+    prepare_home(home, lambda *args: _airflow(home, ROOT / "example_dags", stack, *args))
 
     july = _dags_test(home, stack, "2008-07-01")
     assert july["partitions"] == ["200807"] and july["mode"] == "replace_partitions"
@@ -132,9 +130,7 @@ def test_manual_runs_load_the_month_they_name(tmp_path: Path, backfill_stack: Lo
     september = next(key for key in data.keys if key.endswith("2008-09.parquet"))
     home = tmp_path / "airflow"
     home.mkdir()
-    for args in (("db", "migrate"), ("dags", "reserialize")):
-        out = _airflow(home, ROOT / "example_dags", stack, *args)
-        assert out.returncode == 0, out.stderr[-3000:]
+    prepare_home(home, lambda *args: _airflow(home, ROOT / "example_dags", stack, *args))
 
     # A manual run of a past date, mid-month: its data interval is the trigger time, its logical date 2008-09-15.
     _trigger(home, stack, "manual_2008_09", {"bucket": bucket, "database": "manual_past"}, "2008-09-15")

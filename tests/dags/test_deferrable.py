@@ -19,6 +19,7 @@ from airflow_provider_s3ch.compat import AIRFLOW
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.cli import read_xcom
 from airflow_provider_s3ch.local.sample import posts_ddl, write_posts
+from tests.dags.test_dags import prepare_home
 
 ROOT = Path(__file__).resolve().parents[2]
 DAG_FILE = Path(__file__).parent / "dags" / "deferrable_dag.py"
@@ -71,9 +72,7 @@ def test_a_deferrable_load_defers_while_the_server_runs_it_and_returns_a_normal_
         "S3CH_POLL_INTERVAL": "0.5",
         "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
     }
-    for args in (("db", "migrate"), ("dags", "reserialize")):
-        out = _airflow(home, dags, env, *args)
-        assert out.returncode == 0, out.stderr[-3000:]
+    prepare_home(home, lambda *args: _airflow(home, dags, env, *args))
     out = _airflow(home, dags, env, "dags", "test", "s3ch_deferrable")
     log = out.stdout + out.stderr
     assert out.returncode == 0 and "state=success" in log, log[-5000:]

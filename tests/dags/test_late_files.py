@@ -12,7 +12,7 @@ import pytest
 
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.cli import read_xcom
-from tests.dags.test_dags import ROOT, _airflow
+from tests.dags.test_dags import ROOT, _airflow, prepare_home
 
 DAG_ID = "s3_to_clickhouse_late_files"
 BUCKET = "s3ch-late"
@@ -46,9 +46,7 @@ def test_the_next_run_loads_a_late_file_of_a_past_month(tmp_path: Path, late_sta
     sizes |= {_put_day(stack, "2008-09", day, 200 + day): 200 + day for day in (1, 2)}
     home = tmp_path / "airflow"
     home.mkdir()
-    for args in (("db", "migrate"), ("dags", "reserialize")):
-        out = _airflow(home, ROOT / "example_dags", stack, *args)
-        assert out.returncode == 0, out.stderr[-3000:]
+    prepare_home(home, lambda *args: _airflow(home, ROOT / "example_dags", stack, *args))
 
     september = _run(home, stack, "2008-09-01")  # reads 2008-07 .. 2008-09: every file so far
     assert september["ledger"]["new"] == 5 and september["written_rows"] == sum(sizes.values())

@@ -28,7 +28,7 @@ from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.cli import read_xcom
 from airflow_provider_s3ch.local.sample import SampleDataset
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from tests.dags.test_dags import _airflow
+from tests.dags.test_dags import _airflow, prepare_home
 from tests.integration.support import count, fake_context, query_log
 
 pytestmark = pytest.mark.integration
@@ -261,9 +261,7 @@ def test_sql_execute_query_operator_and_sql_sensor_through_airflow(
     env_conn("clickhouse_default", _http_connection(stack, native_port=stack.nodes[0].tcp_port))
     home = tmp_path / "airflow"
     home.mkdir()
-    for args in (("db", "migrate"), ("dags", "reserialize")):
-        out = _airflow(home, dags, stack, *args)
-        assert out.returncode == 0, out.stderr[-3000:]
+    prepare_home(home, lambda *args: _airflow(home, dags, stack, *args))
     out = _airflow(home, dags, stack, "dags", "test", "s3ch_sql")
     log = out.stdout + out.stderr
     assert out.returncode == 0, log[-5000:]
