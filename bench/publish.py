@@ -38,6 +38,7 @@ import argparse
 import json
 import platform
 import statistics
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -143,7 +144,7 @@ class Bench:
                 f"+ toIntervalMonth(number % {partitions}) + toIntervalSecond(number % 2000000), number % 100, "
                 "repeat('body ', 10 + number % 40), concat('title ', toString(number)), '<sql><clickhouse>', "
                 f"'CC BY-SA 4.0' FROM numbers({start}, {rows}) SETTINGS max_partitions_per_insert_block = 1000, "
-                "max_insert_threads = 1, max_threads = 1, min_insert_block_size_rows = 0, "
+                f"max_insert_threads = 1, max_threads = 1, max_block_size = {rows}, min_insert_block_size_rows = 0, "
                 "min_insert_block_size_bytes = 0")
 
     def seed(self, partitions: int, parts: int) -> tuple[TableRef, TableRef]:
@@ -261,16 +262,17 @@ def measure(bench: Bench, ways: tuple[str, ...], partitions: int, parts: int, re
             runs[way].append(bench.timed_run(way, partitions, parts,
                                              f"{way}-{partitions}-{parts}-{n}-{uuid.uuid4().hex[:6]}"))
     logged = bench.durations([q for way in ways for run in runs[way] for q in run["query_ids"]])
-    return [_figures(way, partitions, parts, runs[way], logged) for way in ways]
+    return [_figures(way, partitions, runs[way], logged) for way in ways]
 
 
-def _figures(way: str, partitions: int, parts: int, runs: list[dict[str, Any]], logged: dict[str, int]
+def _figures(way: str, partitions: int, runs: list[dict[str, Any]], logged: dict[str, int]
              ) -> dict[str, Any]:
     per_run_ms = [sum(logged.get(q, 0) for q in run["query_ids"]) for run in runs]
     alter_ms = [sum(logged.get(q, 0) for q in run["query_ids"][:-1]) for run in runs]
     wall = statistics.median(r["wall_s"] for r in runs)
     return {
-        "way": way, "partitions": partitions, "parts_per_partition": parts,
+        # the parts a partition holds, as counted (a block of numbers() is at most max_block_size rows)
+        "way": way, "partitions": partitions, "parts_per_partition": round(runs[0]["staged_parts"] / partitions, 2),
         "staged_parts": runs[0]["staged_parts"], "statements": runs[0]["statements"], "runs": len(runs),
         "wall_s_median": round(wall, 4), "wall_s": [round(r["wall_s"], 4) for r in runs],
         "alter_s_median": round(statistics.median(r["alter_s"] for r in runs), 4),
@@ -288,46 +290,53 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="1 and 12 partitions, one run each")
     parser.add_argument("--merges", action="store_true", help="leave merges running on the fresh tables")
     parser.add_argument("--out", default="bench/results/publish.json")
+    parser.add_argument("--shapes", help="only these shapes, e.g. 360x3,120x1 (partitions x parts a partition)")
     args = parser.parse_args()
     from airflow_provider_s3ch.local import LocalStack
 
     shapes = SHAPES[:2] if args.quick else SHAPES
+    if args.shapes:
+        wanted = {tuple(int(n) for n in shape.split("x")) for shape in args.shapes.split(",")}
+        shapes = [shape for shape in SHAPES if shape[:2] in wanted]
     repeats = 1 if args.quick else args.repeats
     started = time.time()
-    with LocalStack(nodes=1) as stack:
+    out: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)), "machine": platform.platform(),
+        "repeats": repeats, "rows_per_part": ROWS_PER_PART, "partitions_per_alter": PARTITIONS_PER_ALTER,
+        "all_at_once": {}, "results": [], "merges_running": [], "retry_after_crash": {},
+    }
+    path = Path(args.out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every section: a run cut short keeps what it measured
+        out["duration_s"] = round(time.time() - started, 1)
+        path.write_text(json.dumps(out, indent=2) + "\n")
+
+    with tempfile.TemporaryDirectory(prefix="bench-publish-") as workdir, LocalStack(nodes=1, workdir=workdir) as stack:
         client = stack.clickhouse_client()
         client.execute(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
         bench = Bench(client, merges=args.merges)
-        version = client.execute("SELECT version()")[0][0]
-        refused = {}
+        out["engine"] = f"chdb-core, ClickHouse {client.execute('SELECT version()')[0][0]}"
         target, staging, _ = bench.fresh(12, 1)
         for name, template in ALL_AT_ONCE.items():
             try:
                 bench.q(template.format(staging=render_table(staging), target=render_table(target)))
-                refused[name] = "accepted"
+                out["all_at_once"][name] = "accepted"
             except Exception as exc:  # noqa: BLE001 - the engine's refusal is the result
-                refused[name] = _error(exc)
+                out["all_at_once"][name] = _error(exc)
         bench.drop(target, staging)
-        results = []
         for partitions, parts, runs, ways in shapes:
             for row in measure(bench, ways or tuple(WAYS), partitions, parts, min(runs or repeats, repeats)):
-                results.append(row)
+                out["results"].append(row)
                 print(_row(row), flush=True)
-        merges_running = []
-        if not args.quick:  # today's way with merges running on the staging table, as after a real insert
+            save()
+        out["retry_after_crash"] = {way: bench.retry_check(way, 12, 3) for way in MAIN_WAYS}
+        save()
+        if not args.quick:  # merges running on the staging table, as after a real insert
             bench.merges = True
-            merges_running = measure(bench, ("move_batched", "move_batch_20", "attach_from"), 120, 3, repeats)
+            out["merges_running"] = measure(bench, ("move_batched", "move_batch_20", "attach_from"), 120, 3, repeats)
             bench.merges = args.merges
-        retries = {way: bench.retry_check(way, 12, 3) for way in MAIN_WAYS}
-    out = {
-        "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)),
-        "duration_s": round(time.time() - started, 1), "engine": f"chdb-core, ClickHouse {version}",
-        "machine": platform.platform(), "repeats": repeats, "rows_per_part": ROWS_PER_PART,
-        "partitions_per_alter": PARTITIONS_PER_ALTER, "all_at_once": refused, "results": results,
-        "merges_running": merges_running, "retry_after_crash": retries,
-    }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+            save()
     print(report(out))
 
 
@@ -351,7 +360,9 @@ def report(out: dict[str, Any]) -> str:
     if out["merges_running"]:
         lines += ["", "Merges running on the fresh tables (120 partitions, 3 parts each):", "",
                   *(_row(r) for r in out["merges_running"])]
-    lines += ["", "| way | retry after half the commands | retry before the drop | mark kept |", "|---|---|---|---|"]
+    if out["retry_after_crash"]:
+        lines += ["", "| way | retry after half the commands | retry before the drop | mark kept |",
+                  "|---|---|---|---|"]
     for way, checks in out["retry_after_crash"].items():
         cells = [("exact" if c.get("exact") else f"NOT exact ({c.get('rows', '?')} rows, want "
                   f"{c.get('expected_rows', '?')})" if "error" not in c else f"error: {c['error'][:80]}")
