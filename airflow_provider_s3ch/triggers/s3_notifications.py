@@ -1,27 +1,11 @@
 """S3NotificationEventTrigger: an asset watcher's trigger that reads S3 event notifications from an SQS queue and
-hands on the files they name.
+hands on the files they name that the operator's glob selects, as events of the listing watcher's shape
+(:class:`~airflow_provider_s3ch.core.events.EventPayload`); test events and other files are deleted without one.
 
-The bucket sends a notification to the queue for each object created; the trigger receives them (SQS long
-polling: a message is handed on as soon as it lands), keeps the created files the operator's glob selects, exactly
-as ClickHouse's ``s3()`` does, collapses the duplicates of one receive and hands the files on as events of at most
-:data:`~airflow_provider_s3ch.core.events.MAX_FILES_PER_EVENT` files each
-(:class:`~airflow_provider_s3ch.core.events.EventPayload`, the listing watcher's shape: an operator with
-``files_from="events"`` takes both). Test events, other buckets' files and files the glob leaves out are deleted
-without an event.
-
-A message is deleted only once the events made from it were handed on:
-
-* on Airflow 3.3, through Airflow's shared-stream ack mode: one reader per queue (:class:`SqsProducer`) feeds every
-  trigger on that queue, and a receive's messages are deleted once each trigger moved past them and Airflow
-  confirmed that the events they made are stored; a message whose event was not stored (the triggerer died, the
-  store failed) stays in the queue and comes back after its visibility timeout;
-* on Airflow 3.0 to 3.2, once the trigger's ``yield`` of the receive's last event returned: Airflow has taken the
-  event but stores it a moment later, so a triggerer that dies in between loses that receive's events (the
-  listing watcher's full listing is the backstop that finds those files: docs/continuous.md).
-
-Notifications are hints and the file ledger is the truth: an event that comes twice, late or never can neither
-duplicate nor, with the listing watcher beside it, lose a file. The queue's calls are boto3's, blocking: they run
-in a thread.
+A message is deleted only once its events were handed on: on Airflow 3.3 through the shared-stream ack mode (one
+reader per queue, :class:`SqsProducer`; deleted once Airflow stored the events), on 3.0-3.2 once the ``yield``
+returned (a triggerer dying in between loses that receive's events; the listing watcher is the backstop). When each
+version deletes, and why the file ledger makes repeats harmless: docs/continuous.md. boto3's calls run in a thread.
 """
 
 from __future__ import annotations
