@@ -12,7 +12,9 @@ events that repeats, drops or reorders files mean the same set of files:
   (:mod:`.glob`);
 * :func:`collapse`: one entry per key and ETag; :func:`payloads`: files cut into bounded events;
 * :func:`union`: the files of all the events a run was triggered by: the latest ETag of each key,
-  ordered by key; :func:`manifest_of`: their manifest, as a listing would have made it.
+  ordered by key; :func:`manifest_of`: their manifest, as a listing would have made it;
+* :func:`run_files`: what a run with ``files_from='events'`` loads (the events' files, or the listing where no
+  S3 watcher's event triggered it); :func:`check_events_request`: what such a run refuses.
 
 Pure: no I/O.
 """
