@@ -243,6 +243,8 @@ class RunFiles(BaseModel):
     watcher_events: int = 0
     #: Files those events' watchers found but hand on in later events.
     pending: int = 0
+    #: Of the watchers' events, those stored after the run's own (Airflow left them for a later run), taken too.
+    waiting_events: int = 0
     #: One line for the task log.
     note: str = ""
 
@@ -280,12 +282,15 @@ def check_events_request(request: LoadRequest) -> None:
         )
 
 
-def run_files(request: LoadRequest, extras: Iterable[Mapping[str, Any] | None]) -> RunFiles:
+def run_files(request: LoadRequest, extras: Iterable[Mapping[str, Any] | None],
+              waiting: Iterable[Mapping[str, Any] | None] = ()) -> RunFiles:
     """The files a run with ``files_from='events'`` loads: those its S3 watchers' events name (no listing), or the
     listing's where no such event triggered it (a time schedule, a manual run, an event posted by a task).
 
     :param request: the validated request (:func:`check_events_request` holds).
     :param extras: the ``extra`` of each asset event that triggered the run.
+    :param waiting: the ``extra`` of the events of the same assets stored since (``compat.events_since``): their
+        files are taken too, where the run takes events at all.
     """
     extras = list(extras)
     if not extras:
@@ -295,8 +300,11 @@ def run_files(request: LoadRequest, extras: Iterable[Mapping[str, Any] | None]) 
         return RunFiles(events=len(extras), note=(
             f"None of the {len(extras)} asset event(s) is an S3 watcher's of bucket {request.bucket}: listing "
             f"{request.s3_uri}"))
-    files = union(found)
-    pending = sum(p.pending for p in found)
-    return RunFiles(files=files, events=len(extras), watcher_events=len(found), pending=pending, note=(
-        f"{len(extras)} asset event(s), {len(found)} of them from an S3 watcher of bucket {request.bucket}: "
-        f"{len(files)} file(s), no listing" + (f"; {pending} more to come in later events" if pending else "")))
+    later = event_payloads(waiting, request.bucket)
+    files = union([*found, *later])
+    pending = sum(p.pending for p in [*found, *later])
+    return RunFiles(files=files, events=len(extras), watcher_events=len(found), pending=pending,
+                    waiting_events=len(later), note=(
+        f"{len(extras)} asset event(s), {len(found)} of them from an S3 watcher of bucket {request.bucket}"
+        + (f", and {len(later)} stored since" if later else "") + f": {len(files)} file(s), no listing"
+        + (f"; {pending} more to come in later events" if pending else "")))

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from airflow_provider_s3ch import compat
 from airflow_provider_s3ch.compat import AirflowSkipException, Asset, BaseAsset, BaseOperator, Context, conf
 from airflow_provider_s3ch.core.events import (
     FILES_FROM,
@@ -258,7 +259,8 @@ class S3ToClickHouseOperator(BaseOperator):
         if self.files_from != "events" or context is None or request is None:
             return parts
         triggering = context.get("triggering_asset_events") or {}
-        chosen = run_files(request, [getattr(e, "extra", None) for events in triggering.values() for e in events])
+        extras = [getattr(e, "extra", None) for events in triggering.values() for e in events]
+        chosen = run_files(request, extras, [e.extra for e in compat.events_since(triggering)] if extras else [])
         self.log.info("%s", chosen.note)
         if chosen.files is None:
             return parts

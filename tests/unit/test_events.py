@@ -175,3 +175,14 @@ def test_a_run_from_events_needs_the_ledger_and_refuses_on_changed_fail() -> Non
     with pytest.raises(InvalidRequestError, match="on_changed='fail' cannot run with files_from='events'"):
         check_events_request(events_request(on_changed="fail"))
     check_events_request(events_request(on_changed="skip"))
+
+
+def test_run_files_takes_the_files_of_the_events_stored_since_once() -> None:
+    def extra(*keys: str) -> dict:
+        return {"from_trigger": True, "payload": payloads("b", [file(k) for k in keys])[0].to_event()}
+
+    chosen = run_files(events_request(), [extra("in/a.csv", "in/b.csv")], [extra("in/b.csv", "in/c.csv"), None])
+    assert [f.key for f in chosen.files] == ["in/a.csv", "in/b.csv", "in/c.csv"]
+    assert (chosen.watcher_events, chosen.waiting_events) == (1, 1) and "and 1 stored since" in chosen.note
+    # without a watcher's event among the triggering ones, the run lists, whatever waits
+    assert run_files(events_request(), [{"note": "by hand"}], [extra("in/c.csv")]).files is None
