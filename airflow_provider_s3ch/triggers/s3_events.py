@@ -66,7 +66,8 @@ class S3ListingEventTrigger(BaseEventTrigger):
     :param s3_uri: ``s3://bucket/glob``, the operator's own: the files are those ClickHouse's ``s3()`` reads.
     :param aws_conn_id: the ``aws`` connection that lists the bucket.
     :param poll_interval: seconds between two looks.
-    :param full_listing_every: every this many looks, list the whole prefix (the backstop); 1 lists it always.
+    :param full_listing_every: every this many looks, list the whole prefix (the backstop); 1 lists it always. The
+        default, 360, is an hour at a 10 s poll: one full listing an hour (docs/continuous.md, the cost).
     :param keys_sort_by_arrival: new keys sort after the ones before them (a time-stamped name): a look lists
         only the keys after the last one listed (S3's ``StartAfter``).
     :param max_files_per_event: the most files one event names (at most
@@ -79,7 +80,7 @@ class S3ListingEventTrigger(BaseEventTrigger):
         s3_uri: str,
         aws_conn_id: str | None = "aws_default",
         poll_interval: float = 10.0,
-        full_listing_every: int = 30,
+        full_listing_every: int = 360,
         keys_sort_by_arrival: bool = False,
         max_files_per_event: int = MAX_FILES_PER_EVENT,
     ) -> None:
