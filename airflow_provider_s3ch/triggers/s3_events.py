@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow.triggers.base import TriggerEvent
+from packaging.version import Version
 
-from airflow_provider_s3ch.compat import AssetWatcher, BaseEventTrigger
+from airflow_provider_s3ch.compat import AIRFLOW, AssetWatcher, BaseEventTrigger
 from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventFile, EventPayload, key_filter, payloads
 from airflow_provider_s3ch.core.glob import literal_prefix
 from airflow_provider_s3ch.core.models import LoadRequest, bucket_of, key_pattern_of
@@ -34,6 +36,25 @@ from airflow_provider_s3ch.hooks.s3_source import S3Source
 
 #: The oldest Airflow with asset watchers.
 WATCHERS_SINCE = "3.0"
+#: The oldest Airflow with the asset state store (the listing watcher's cursor) and the shared-stream ack mode.
+STATE_AND_ACK_SINCE = "3.3"
+
+
+def missing_pieces(watcher: str, airflow: Version) -> str | None:
+    """What a watcher lacks on this Airflow (3.0 to 3.2), said once when the DAG is parsed; None on 3.3 and later.
+
+    :param watcher: ``"listing"`` or ``"notification"``.
+    :param airflow: the running Airflow's version.
+    """
+    if airflow >= Version(STATE_AND_ACK_SINCE):
+        return None
+    if watcher == "listing":
+        return (f"Airflow {airflow} has no asset state store (Airflow {STATE_AND_ACK_SINCE}): the listing watcher's "
+                "cursor is kept in memory, and a restarted triggerer lists the whole prefix once (docs/continuous.md)")
+    return (f"Airflow {airflow} has no shared-stream ack mode (Airflow {STATE_AND_ACK_SINCE}): the notification "
+            "watcher deletes a batch's messages once the triggerer took its event, so a triggerer that dies before "
+            "storing it loses that event; give the asset the listing watcher too, as the backstop "
+            "(docs/continuous.md)")
 
 
 @dataclass
@@ -193,4 +214,6 @@ def listing_watcher(name: str, **trigger: Any) -> Any:
     :raises NeedsNewerAirflowError: on Airflow 2, which has no asset watchers.
     """
     require("an S3 listing watcher (AssetWatcher)", WATCHERS_SINCE)
+    if note := missing_pieces("listing", AIRFLOW):
+        warnings.warn(note, stacklevel=2)
     return AssetWatcher(name=name, trigger=S3ListingEventTrigger(**trigger))

@@ -11,12 +11,13 @@ version deletes, and why the file ledger makes repeats harmless: docs/continuous
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from airflow.triggers.base import TriggerEvent
 
-from airflow_provider_s3ch.compat import AdvanceItem, AssetWatcher, BaseEventTrigger, SharedStreamProducer
+from airflow_provider_s3ch.compat import AIRFLOW, AdvanceItem, AssetWatcher, BaseEventTrigger, SharedStreamProducer
 from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventPayload, matching, message_files, payloads
 from airflow_provider_s3ch.core.models import LoadRequest, bucket_of, key_pattern_of
 from airflow_provider_s3ch.errors import provider_errors, require
@@ -30,7 +31,7 @@ from airflow_provider_s3ch.hooks.sqs import (
     delete,
     receive,
 )
-from airflow_provider_s3ch.triggers.s3_events import WATCHERS_SINCE
+from airflow_provider_s3ch.triggers.s3_events import WATCHERS_SINCE, missing_pieces
 
 log = logging.getLogger(__name__)
 
@@ -191,4 +192,6 @@ def notification_watcher(name: str, **trigger: Any) -> Any:
     :raises NeedsNewerAirflowError: on Airflow 2, which has no asset watchers.
     """
     require("an S3 notification watcher (AssetWatcher)", WATCHERS_SINCE)
+    if note := missing_pieces("notification", AIRFLOW):
+        warnings.warn(note, stacklevel=2)
     return AssetWatcher(name=name, trigger=S3NotificationEventTrigger(**trigger))
