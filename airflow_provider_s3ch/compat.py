@@ -11,6 +11,10 @@ names the feature and the version (from :data:`AIRFLOW` here), instead of an ``I
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
 from airflow import __version__ as AIRFLOW_VERSION
 from airflow.providers.common.compat.sdk import (
     AirflowException,
@@ -42,6 +46,11 @@ try:  # Airflow 3.3: an event trigger's broker advanced only after its events ar
     from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 except ImportError:  # pragma: no cover - Airflow 2 and 3.0 to 3.2
     AdvanceItem = SharedStreamProducer = None  # type: ignore[assignment,misc]
+
+try:  # Airflow 3: a running task reads an asset's events through the Task SDK
+    from airflow.sdk.execution_time.context import InletEventsAccessor
+except ImportError:  # pragma: no cover - Airflow 2
+    InletEventsAccessor = None  # type: ignore[assignment,misc]
 
 #: The Airflow this process runs, as a comparable version.
 AIRFLOW = Version(Version(AIRFLOW_VERSION).base_version)
@@ -114,3 +123,33 @@ __all__ = [
     "conf",
     "mask_secret",
 ]
+
+
+def events_since(triggering: Mapping[Any, Sequence[Any]], limit: int = 100) -> list[Any]:
+    """The events of the assets that triggered this run stored since its latest triggering event of each, oldest
+    first (at most ``limit`` an asset).
+
+    A run takes the asset events stored up to when its asset was first queued; those stored while it waited for
+    ``max_active_runs`` stay for a later run, which only a further event starts (``AssetDagRunQueue`` keeps its
+    first time). Reading them at the start lets a run take every file that landed before it started.
+
+    :param triggering: the run's ``triggering_asset_events``.
+    :return: the events (``extra``, ``timestamp``); none where this Airflow's task cannot read them (Airflow 2, a
+        task run outside Airflow's supervisor), logged.
+    """
+    if InletEventsAccessor is None:
+        return []
+    out: list[Any] = []
+    for asset, events in triggering.items():
+        name, uri = getattr(asset, "name", None), getattr(asset, "uri", None)
+        if not events or name is None:  # an alias: its assets' events come under their own keys
+            continue
+        taken = {getattr(e, "id", None) for e in events} - {None}
+        latest = max(e.timestamp for e in events)
+        try:
+            found = list(InletEventsAccessor(asset_name=name, asset_uri=uri).after(latest).ascending().limit(limit))
+        except Exception as exc:  # noqa: BLE001 - no supervisor (a test's context): the triggering events only
+            logging.getLogger(__name__).info("Asset events since the run's: not read (%s)", exc)
+            return []
+        out.extend(e for e in found if (getattr(e, "id", None) not in taken if taken else e.timestamp > latest))
+    return out

@@ -12,7 +12,9 @@ events that repeats, drops or reorders files mean the same set of files:
   (:mod:`.glob`);
 * :func:`collapse`: one entry per key and ETag; :func:`payloads`: files cut into bounded events;
 * :func:`union`: the files of all the events a run was triggered by: the latest ETag of each key,
-  ordered by key; :func:`manifest_of`: their manifest, as a listing would have made it.
+  ordered by key; :func:`manifest_of`: their manifest, as a listing would have made it;
+* :func:`run_files`: what a run with ``files_from='events'`` loads (the events' files, or the listing where no
+  S3 watcher's event triggered it); :func:`check_events_request`: what such a run refuses.
 
 Pure: no I/O.
 """
@@ -27,7 +29,7 @@ from urllib.parse import unquote_plus
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from airflow_provider_s3ch.core.errors import NothingMatchedError
+from airflow_provider_s3ch.core.errors import InvalidRequestError, NothingMatchedError
 from airflow_provider_s3ch.core.glob import archive_path_syntax, compile_glob, split_archive
 from airflow_provider_s3ch.core.manifest import Listing, check_listing, make_manifest
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest
@@ -224,3 +226,85 @@ def message_files(body: str, bucket: str | None = None) -> list[EventFile] | Non
         return notification_files(message, bucket)
     except (ValueError, TypeError, KeyError, AttributeError):  # pydantic's ValidationError is a ValueError
         return None
+
+
+#: Where a run's files come from: the glob's listing, or the asset events that triggered the run.
+FILES_FROM = ("listing", "events")
+
+
+class RunFiles(BaseModel):
+    """What a run loads from: the files its triggering events name, or the listing (``files`` None), and why."""
+
+    #: The files (:func:`union` of the S3 watchers' events); None: the run lists the glob.
+    files: list[EventFile] | None = None
+    #: The asset events that triggered the run, of any kind.
+    events: int = 0
+    #: Of them, the S3 watchers' events of the load's bucket.
+    watcher_events: int = 0
+    #: Files those events' watchers found but hand on in later events.
+    pending: int = 0
+    #: Of the watchers' events, those stored after the run's own (Airflow left them for a later run), taken too.
+    waiting_events: int = 0
+    #: One line for the task log.
+    note: str = ""
+
+
+def check_files_from(files_from: str) -> None:
+    """Refuse an unknown ``files_from`` (at DAG parse time)."""
+    if files_from not in FILES_FROM:
+        raise InvalidRequestError(f"files_from={files_from!r}: give one of {', '.join(map(repr, FILES_FROM))}")
+
+
+def default_on_changed(files_from: str) -> str:
+    """``on_changed`` when the DAG leaves it out: ``skip`` for a continuous run (an overwritten file is reported
+    and left out while the others flow), ``fail`` for a listed load."""
+    return "skip" if files_from == "events" else "fail"
+
+
+def check_events_request(request: LoadRequest) -> None:
+    """Refuse what a run from events cannot do safely, before anything is listed or loaded.
+
+    :raises InvalidRequestError: without ``skip_loaded=True`` (an event is a hint: it may repeat, come late or out
+        of order, and the file ledger is what loads each file once); with ``on_changed='fail'`` (one overwritten
+        file would fail every run that sees it and stop the stream).
+    """
+    if not request.skip_loaded:
+        raise InvalidRequestError(
+            "files_from='events' needs skip_loaded=True: events may repeat, come late or out of order, and the "
+            "file ledger is what loads each file once (docs/continuous.md)"
+        )
+    if request.on_changed == "fail":
+        raise InvalidRequestError(
+            "on_changed='fail' cannot run with files_from='events': one overwritten file would fail every run that "
+            "sees it and stop the stream; use on_changed='skip' (the default here: the file is reported in the log "
+            "and the XCom's ledger figures, and the other files keep flowing) or 'reload' with "
+            "mode='replace_partitions' (docs/continuous.md)"
+        )
+
+
+def run_files(request: LoadRequest, extras: Iterable[Mapping[str, Any] | None],
+              waiting: Iterable[Mapping[str, Any] | None] = ()) -> RunFiles:
+    """The files a run with ``files_from='events'`` loads: those its S3 watchers' events name (no listing), or the
+    listing's where no such event triggered it (a time schedule, a manual run, an event posted by a task).
+
+    :param request: the validated request (:func:`check_events_request` holds).
+    :param extras: the ``extra`` of each asset event that triggered the run.
+    :param waiting: the ``extra`` of the events of the same assets stored since (``compat.events_since``): their
+        files are taken too, where the run takes events at all.
+    """
+    extras = list(extras)
+    if not extras:
+        return RunFiles(note=f"No asset event triggered this run: listing {request.s3_uri}")
+    found = event_payloads(extras, request.bucket)
+    if not found:  # events of another kind (a task's outlet, one posted by hand): the listing decides
+        return RunFiles(events=len(extras), note=(
+            f"None of the {len(extras)} asset event(s) is an S3 watcher's of bucket {request.bucket}: listing "
+            f"{request.s3_uri}"))
+    later = event_payloads(waiting, request.bucket)
+    files = union([*found, *later])
+    pending = sum(p.pending for p in [*found, *later])
+    return RunFiles(files=files, events=len(extras), watcher_events=len(found), pending=pending,
+                    waiting_events=len(later), note=(
+        f"{len(extras)} asset event(s), {len(found)} of them from an S3 watcher of bucket {request.bucket}"
+        + (f", and {len(later)} stored since" if later else "") + f": {len(files)} file(s), no listing"
+        + (f"; {pending} more to come in later events" if pending else "")))

@@ -536,6 +536,16 @@ def summary(
     }
 
 
+def changed_warning(selection: Selection) -> str | None:
+    """What the log says of the files left out as changed (``on_changed='skip'``); None when there are none."""
+    keys = selection.skipped_changed
+    if not keys:
+        return None
+    return (f"{len(keys)} file(s) overwritten since they were loaded (another ETag than the loaded version), left "
+            f"out (on_changed='skip'); the table keeps the loaded version: {', '.join(shown(keys))}. To load the new "
+            "versions: on_changed='reload' with mode='replace_partitions'")
+
+
 def summary_line(s: Mapping[str, object]) -> str:
     """The log's line of a :func:`summary`: the counts of every outcome."""
     return (f"{s['new']} new, {s['reloaded']} reloaded; skipped {s['skipped_loaded']} loaded, {s['skipped_claimed']} "

@@ -113,6 +113,14 @@ class QueryId(BaseModel):
         return cls(stem=hashlib.sha256(text.encode()).hexdigest()[:STEM_HEX_DIGITS], try_number=try_number)
 
     @classmethod
+    def of_task_instance(cls, ti: Any, fingerprint: str) -> QueryId:
+        """:meth:`for_task` of an Airflow task instance (its ``dag_id``, ``task_id``, ``run_id``, ``map_index``
+        (None or absent: not mapped) and ``try_number``)."""
+        map_index = getattr(ti, "map_index", -1)
+        return cls.for_task(ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index, ti.try_number,
+                            fingerprint)
+
+    @classmethod
     def parse(cls, text: str) -> QueryId:
         """``"s3ch-<stem>-try3"`` -> ``QueryId(stem, 3)``.
 

@@ -21,6 +21,7 @@ from airflow_provider_s3ch.core.ledger import (
     ChunkStart,
     Selection,
     assign_chunks,
+    changed_warning,
     chunks_of,
     confirm,
     key_list_pattern,
@@ -385,4 +386,6 @@ class LedgerRun:
 
     def _log(self) -> None:
         self.log.info("Ledger %s: %s", self.ledger, summary_line(self.summary()))
+        if warning := changed_warning(self.selection):
+            self.log.warning("Ledger: %s", warning)
 

@@ -13,23 +13,29 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from airflow_provider_s3ch import compat
 from airflow_provider_s3ch.compat import AirflowSkipException, Asset, BaseAsset, BaseOperator, Context, conf
-from airflow_provider_s3ch.core.events import EventFile, event_payloads, union
+from airflow_provider_s3ch.core.events import (
+    FILES_FROM,
+    check_events_request,
+    check_files_from,
+    default_on_changed,
+    run_files,
+)
 from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT
 from airflow_provider_s3ch.core.ledger_request import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import outlet_extra
 from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.core.recovery import QueryId, first_try_of_series, load_fingerprint
 from airflow_provider_s3ch.core.tables import TableSpec
-from airflow_provider_s3ch.errors import InvalidRequestError, provider_errors, require
+from airflow_provider_s3ch.errors import provider_errors, require
 from airflow_provider_s3ch.hooks.s3 import manifest_of_files
 from airflow_provider_s3ch.lineage import operator_lineage
 from airflow_provider_s3ch.load.report import DeferLoad, LoadReport, NothingNew
 from airflow_provider_s3ch.load.run import LoadRun, RunOptions, RunParts
 from airflow_provider_s3ch.triggers.load import LoadTrigger
 
-#: Where a run's files come from: the glob's listing, or the asset events that triggered the run.
-FILES_FROM = ("listing", "events")
+__all__ = ["FILES_FROM", "S3ToClickHouseOperator"]
 
 
 class S3ToClickHouseOperator(BaseOperator):
@@ -78,8 +84,8 @@ class S3ToClickHouseOperator(BaseOperator):
         ``ignore_extra``. (templated)
     :param skip_loaded: load only the files the target's file ledger does not record as loaded, exactly once
         per file (docs/ledger.md).
-    :param on_changed: with ``skip_loaded``, a file whose ETag changed: ``fail``, ``skip`` or ``reload``.
-        (templated)
+    :param on_changed: with ``skip_loaded``, a file whose ETag changed: ``fail``, ``skip`` or ``reload``; default
+        ``fail``, and ``skip`` with ``files_from="events"`` (which refuses ``fail``). (templated)
     :param ledger_table: with ``skip_loaded``: the ledger; default ``<target database>._s3ch_ledger``. (templated)
     :param skip_when_empty: a run with nothing to load (no match; with ``skip_loaded``, no new file) is skipped.
     :param claim_timeout: with ``skip_loaded``: seconds a claim holds while its load runs no query (1 h).
@@ -102,26 +108,9 @@ class S3ToClickHouseOperator(BaseOperator):
     """
 
     template_fields: Sequence[str] = (
-        "s3_uri",
-        "table",
-        "clickhouse_conn_id",
-        "aws_conn_id",
-        "format",
-        "compression",
-        "structure",
-        "memory_cap",
-        "workload",
-        "settings",
-        "cluster",
-        "mode",
-        "order_by",
-        "partition_by",
-        "on_schema_change",
-        "on_changed",
-        "ledger_table",
-        "max_files_per_load",
-        "max_bytes_per_load",
-        "named_collection", "role_arn",
+        "s3_uri", "table", "clickhouse_conn_id", "aws_conn_id", "format", "compression", "structure", "memory_cap",
+        "workload", "settings", "cluster", "mode", "order_by", "partition_by", "on_schema_change", "on_changed",
+        "ledger_table", "max_files_per_load", "max_bytes_per_load", "named_collection", "role_arn",
     )
     template_fields_renderers = {"settings": "json"}
     ui_color = "#ffcc01"
@@ -156,7 +145,7 @@ class S3ToClickHouseOperator(BaseOperator):
         table_settings: dict[str, Any] | None = None,
         on_schema_change: str = "fail",
         skip_loaded: bool = False,
-        on_changed: str = "fail",
+        on_changed: str | None = None,
         ledger_table: str | None = None,
         skip_when_empty: bool = False,
         claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
@@ -170,45 +159,29 @@ class S3ToClickHouseOperator(BaseOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        if files_from not in FILES_FROM:
-            raise InvalidRequestError(f"files_from={files_from!r}: give one of {', '.join(map(repr, FILES_FROM))}")
+        with provider_errors():
+            check_files_from(files_from)
         if files_from == "events":
             require("files_from='events' (a run from asset events)", "3.0")
-        self.files_from = files_from
-        self.s3_uri = s3_uri
-        self.table = table
-        self.clickhouse_conn_id = clickhouse_conn_id
-        self.aws_conn_id = aws_conn_id
-        self.format = format
-        self.compression = compression
-        self.structure = structure
-        self.memory_cap = memory_cap
-        self.workload = workload
-        self.region_check = region_check
-        self.settings = settings
-        self.strategy = strategy
-        self.cluster = cluster
-        self.dry_run = dry_run
-        self.mode = mode
-        self.earlier_try_timeout = earlier_try_timeout
-        self.deferrable = deferrable
-        self.poll_interval = poll_interval
-        self.schema_check = schema_check
-        self.create_table = create_table
-        self.order_by = order_by
-        self.partition_by = partition_by
-        self.primary_key = primary_key
-        self.engine = engine
-        self.table_settings = table_settings
-        self.on_schema_change = on_schema_change
-        self.skip_loaded = skip_loaded
-        self.on_changed = on_changed
-        self.ledger_table = ledger_table
-        self.skip_when_empty = skip_when_empty
-        self.claim_timeout = claim_timeout
-        self.max_files_per_load = max_files_per_load
-        self.max_bytes_per_load = max_bytes_per_load
-        self.learn_from_history = learn_from_history
+        # what and where
+        self.s3_uri, self.table, self.files_from = s3_uri, table, files_from
+        self.clickhouse_conn_id, self.aws_conn_id = clickhouse_conn_id, aws_conn_id
+        # the files
+        self.format, self.compression, self.structure = format, compression, structure
+        # the plan
+        self.memory_cap, self.workload, self.region_check, self.settings = memory_cap, workload, region_check, settings
+        self.strategy, self.cluster, self.learn_from_history = strategy, cluster, learn_from_history
+        # how it runs
+        self.dry_run, self.mode, self.earlier_try_timeout = dry_run, mode, earlier_try_timeout
+        self.deferrable, self.poll_interval = deferrable, poll_interval
+        # the table
+        self.schema_check, self.create_table, self.order_by = schema_check, create_table, order_by
+        self.partition_by, self.primary_key, self.engine = partition_by, primary_key, engine
+        self.table_settings, self.on_schema_change = table_settings, on_schema_change
+        # the ledger
+        self.skip_loaded, self.on_changed, self.ledger_table = skip_loaded, on_changed, ledger_table
+        self.skip_when_empty, self.claim_timeout = skip_when_empty, claim_timeout
+        self.max_files_per_load, self.max_bytes_per_load = max_files_per_load, max_bytes_per_load
         self.s3_credentials, self.named_collection, self.role_arn = s3_credentials, named_collection, role_arn
         #: The load in progress, or the last one (its lineage facts): the only state a task keeps.
         self._run: LoadRun | None = None
@@ -234,7 +207,7 @@ class S3ToClickHouseOperator(BaseOperator):
                 create_table=self.create_table,
                 on_schema_change=self.on_schema_change,
                 skip_loaded=self.skip_loaded,
-                on_changed=self.on_changed,
+                on_changed=self.on_changed or default_on_changed(self.files_from),
                 ledger_table=self.ledger_table or None,
                 skip_when_empty=self.skip_when_empty,
                 max_files_per_load=self.max_files_per_load,
@@ -244,6 +217,8 @@ class S3ToClickHouseOperator(BaseOperator):
                 role_arn=self.role_arn or None,
             )
             check_ledger_request(request)
+            if self.files_from == "events":
+                check_events_request(request)
             return request
 
     def table_spec(self, request: LoadRequest) -> TableSpec | None:
@@ -258,12 +233,7 @@ class S3ToClickHouseOperator(BaseOperator):
 
     def query_id(self, context: Context, request: LoadRequest | None = None) -> QueryId:
         """This try's query id: one stem per task instance and load configuration."""
-        ti = context["ti"]
-        map_index = getattr(ti, "map_index", -1)
-        fingerprint = load_fingerprint(request or self.build_request())
-        return QueryId.for_task(
-            ti.dag_id, ti.task_id, ti.run_id, -1 if map_index is None else map_index, ti.try_number, fingerprint
-        )
+        return QueryId.of_task_instance(context["ti"], load_fingerprint(request or self.build_request()))
 
     def first_try(self, context: Context) -> int:
         """The first try since the task instance was last cleared (earlier ones are not attached to)."""
@@ -283,42 +253,18 @@ class S3ToClickHouseOperator(BaseOperator):
 
     def run_parts(self, context: Context | None = None, request: LoadRequest | None = None) -> RunParts:
         """What the run talks to: the task's ClickHouse and AWS connections; with ``files_from="events"``, in a run
-        its asset events triggered, the files they name in place of the listing."""
+        its S3 watchers' asset events triggered, the files they name in place of the listing
+        (:func:`~airflow_provider_s3ch.core.events.run_files`)."""
         parts = RunParts.connections(self.clickhouse_conn_id, self.aws_conn_id)
-        files = self.event_files(context, request) if context is not None and request is not None else None
-        if files is None:
+        if self.files_from != "events" or context is None or request is None:
             return parts
-        return dataclasses.replace(parts, listing=functools.partial(manifest_of_files, files=files))
-
-    def event_files(self, context: Context, request: LoadRequest) -> list[EventFile] | None:
-        """The files the run's triggering asset events name (the latest version of each key), or None where the
-        run lists: ``files_from="listing"``, or a run no S3 watcher's event triggered (a time schedule, a manual
-        run, another kind of asset event).
-
-        :raises InvalidRequestError: ``files_from="events"`` without ``skip_loaded=True``: an event is a hint,
-            the ledger says what is new.
-        """
-        if self.files_from != "events":
-            return None
-        if not request.skip_loaded:
-            raise InvalidRequestError(
-                "files_from='events' needs skip_loaded=True: events may repeat, come late or out of order, and the "
-                "file ledger is what loads each file once (docs/continuous.md)"
-            )
         triggering = context.get("triggering_asset_events") or {}
-        extras = [getattr(event, "extra", None) for events in triggering.values() for event in events]
-        if not extras:
-            self.log.info("No asset event triggered this run: listing %s", request.s3_uri)
-            return None
-        payloads = event_payloads(extras, request.bucket)
-        if not payloads:  # events of another kind (a task's outlet, one posted by hand): the listing decides
-            self.log.info("None of the %d asset event(s) is an S3 watcher's of bucket %s: listing %s", len(extras),
-                          request.bucket, request.s3_uri)
-            return None
-        files = union(payloads)
-        self.log.info("%d asset event(s), %d of them from an S3 watcher of bucket %s: %d file(s), no listing",
-                      len(extras), len(payloads), request.bucket, len(files))
-        return files
+        extras = [getattr(e, "extra", None) for events in triggering.values() for e in events]
+        chosen = run_files(request, extras, [e.extra for e in compat.events_since(triggering)] if extras else [])
+        self.log.info("%s", chosen.note)
+        if chosen.files is None:
+            return parts
+        return dataclasses.replace(parts, listing=functools.partial(manifest_of_files, files=chosen.files))
 
     # ------------------------------------------------------------------ how Airflow runs it
     def execute(self, context: Context) -> dict[str, Any]:

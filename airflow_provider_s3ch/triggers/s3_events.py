@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from airflow.triggers.base import TriggerEvent
+from packaging.version import Version
 
-from airflow_provider_s3ch.compat import AssetWatcher, BaseEventTrigger
+from airflow_provider_s3ch.compat import AIRFLOW, AssetWatcher, BaseEventTrigger
 from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventFile, EventPayload, key_filter, payloads
 from airflow_provider_s3ch.core.glob import literal_prefix
 from airflow_provider_s3ch.core.models import LoadRequest, bucket_of, key_pattern_of
@@ -34,6 +36,25 @@ from airflow_provider_s3ch.hooks.s3_source import S3Source
 
 #: The oldest Airflow with asset watchers.
 WATCHERS_SINCE = "3.0"
+#: The oldest Airflow with the asset state store (the listing watcher's cursor) and the shared-stream ack mode.
+STATE_AND_ACK_SINCE = "3.3"
+
+
+def missing_pieces(watcher: str, airflow: Version) -> str | None:
+    """What a watcher lacks on this Airflow (3.0 to 3.2), said once when the DAG is parsed; None on 3.3 and later.
+
+    :param watcher: ``"listing"`` or ``"notification"``.
+    :param airflow: the running Airflow's version.
+    """
+    if airflow >= Version(STATE_AND_ACK_SINCE):
+        return None
+    if watcher == "listing":
+        return (f"Airflow {airflow} has no asset state store (Airflow {STATE_AND_ACK_SINCE}): the listing watcher's "
+                "cursor is kept in memory, and a restarted triggerer lists the whole prefix once (docs/continuous.md)")
+    return (f"Airflow {airflow} has no shared-stream ack mode (Airflow {STATE_AND_ACK_SINCE}): the notification "
+            "watcher deletes a batch's messages once the triggerer took its event, so a triggerer that dies before "
+            "storing it loses that event; give the asset the listing watcher too, as the backstop "
+            "(docs/continuous.md)")
 
 
 @dataclass
@@ -66,7 +87,8 @@ class S3ListingEventTrigger(BaseEventTrigger):
     :param s3_uri: ``s3://bucket/glob``, the operator's own: the files are those ClickHouse's ``s3()`` reads.
     :param aws_conn_id: the ``aws`` connection that lists the bucket.
     :param poll_interval: seconds between two looks.
-    :param full_listing_every: every this many looks, list the whole prefix (the backstop); 1 lists it always.
+    :param full_listing_every: every this many looks, list the whole prefix (the backstop); 1 lists it always. The
+        default, 360, is an hour at a 10 s poll: one full listing an hour (docs/continuous.md, the cost).
     :param keys_sort_by_arrival: new keys sort after the ones before them (a time-stamped name): a look lists
         only the keys after the last one listed (S3's ``StartAfter``).
     :param max_files_per_event: the most files one event names (at most
@@ -79,7 +101,7 @@ class S3ListingEventTrigger(BaseEventTrigger):
         s3_uri: str,
         aws_conn_id: str | None = "aws_default",
         poll_interval: float = 10.0,
-        full_listing_every: int = 30,
+        full_listing_every: int = 360,
         keys_sort_by_arrival: bool = False,
         max_files_per_event: int = MAX_FILES_PER_EVENT,
     ) -> None:
@@ -192,4 +214,6 @@ def listing_watcher(name: str, **trigger: Any) -> Any:
     :raises NeedsNewerAirflowError: on Airflow 2, which has no asset watchers.
     """
     require("an S3 listing watcher (AssetWatcher)", WATCHERS_SINCE)
+    if note := missing_pieces("listing", AIRFLOW):
+        warnings.warn(note, stacklevel=2)
     return AssetWatcher(name=name, trigger=S3ListingEventTrigger(**trigger))

@@ -10,139 +10,33 @@ version deletes, and why the file ledger makes repeats harmless: docs/continuous
 
 from __future__ import annotations
 
-import asyncio
 import logging
+import warnings
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from airflow.triggers.base import TriggerEvent
-from botocore.exceptions import BotoCoreError, ClientError
 
-from airflow_provider_s3ch.compat import AdvanceItem, AssetWatcher, BaseEventTrigger, SharedStreamProducer
+from airflow_provider_s3ch.compat import AIRFLOW, AdvanceItem, AssetWatcher, BaseEventTrigger, SharedStreamProducer
 from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventPayload, matching, message_files, payloads
 from airflow_provider_s3ch.core.models import LoadRequest, bucket_of, key_pattern_of
 from airflow_provider_s3ch.errors import provider_errors, require
-from airflow_provider_s3ch.triggers.s3_events import WATCHERS_SINCE
+from airflow_provider_s3ch.hooks.sqs import (
+    SQS_MAX_MESSAGES,
+    SQS_MAX_WAIT,
+    Batch,
+    Message,
+    Receiving,
+    SqsQueue,
+    delete,
+    receive,
+)
+from airflow_provider_s3ch.triggers.s3_events import WATCHERS_SINCE, missing_pieces
 
 log = logging.getLogger(__name__)
 
 #: Whether this Airflow has the shared-stream ack mode (3.3): messages are deleted once their events are stored.
 ACK_MODE = SharedStreamProducer is not None
-#: The most messages one SQS receive returns, and the longest it may wait (long polling).
-SQS_MAX_MESSAGES, SQS_MAX_WAIT = 10, 20
-#: The longest pause after receives that failed one after another (the pause doubles from 1 s).
-MAX_BACKOFF = 60.0
-
-
-@dataclass(frozen=True)
-class Message:
-    """One SQS message: its id, the receipt that deletes it, its body (the notification)."""
-
-    id: str
-    receipt: str
-    body: str
-
-
-@dataclass(frozen=True)
-class Batch:
-    """What one receive brought (and the receives that followed at once while they came back full)."""
-
-    messages: tuple[Message, ...] = ()
-
-
-@dataclass(frozen=True)
-class Receiving:
-    """How the queue is read: the queue, the connection, and the receive's settings."""
-
-    queue_url: str
-    aws_conn_id: str | None = "aws_default"
-    region_name: str | None = None
-    wait_time: int = SQS_MAX_WAIT
-    poll_interval: float = 0.0
-    max_messages: int = SQS_MAX_MESSAGES
-    visibility_timeout: int | None = None
-    #: Receives one batch may gather while they come back full.
-    max_receives: int = 10
-
-
-class SqsQueue:
-    """The queue's boto3 client, from the Airflow ``aws`` connection (its ``endpoint_url``, or the one its
-    ``service_config`` gives ``sqs``). Blocking: callers run the calls in a thread."""
-
-    def __init__(self, settings: Receiving) -> None:
-        self.settings = settings
-        self._client: Any = None
-        self.failures = 0
-
-    def client(self) -> Any:
-        if self._client is None:
-            from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
-
-            with provider_errors():
-                hook = AwsBaseHook(aws_conn_id=self.settings.aws_conn_id, client_type="sqs")
-                self._client = hook.get_client_type(region_name=self.settings.region_name)
-        return self._client
-
-    def receive(self) -> Batch:
-        """Receive the messages waiting (long polling: at most ``wait_time`` seconds until one lands); while a
-        receive comes back full, receive again at once, up to ``max_receives`` receives."""
-        s, messages = self.settings, []
-        extra = {} if s.visibility_timeout is None else {"VisibilityTimeout": int(s.visibility_timeout)}
-        for n in range(max(1, s.max_receives)):
-            answer = self.client().receive_message(QueueUrl=s.queue_url, MaxNumberOfMessages=s.max_messages,
-                                                   WaitTimeSeconds=s.wait_time if n == 0 else 0, **extra)
-            got = answer.get("Messages") or []
-            messages.extend(Message(m["MessageId"], m["ReceiptHandle"], m.get("Body") or "") for m in got)
-            if len(got) < s.max_messages:
-                break
-        return Batch(tuple(messages))
-
-    def delete(self, messages: Sequence[Message]) -> int:
-        """Delete the messages (ten a call); the number deleted. A message SQS refuses to delete is logged: it comes
-        back after its visibility timeout, a duplicate hint the ledger ignores."""
-        deleted = 0
-        for i in range(0, len(messages), SQS_MAX_MESSAGES):
-            chunk = messages[i:i + SQS_MAX_MESSAGES]
-            answer = self.client().delete_message_batch(
-                QueueUrl=self.settings.queue_url,
-                Entries=[{"Id": str(n), "ReceiptHandle": m.receipt} for n, m in enumerate(chunk)])
-            failed = answer.get("Failed") or []
-            for entry in failed:
-                log.warning("SQS did not delete message %s of %s: %s", chunk[int(entry["Id"])].id,
-                            self.settings.queue_url, entry.get("Message") or entry.get("Code"))
-            deleted += len(chunk) - len(failed)
-        return deleted
-
-
-async def receive(queue: SqsQueue) -> Batch:
-    """One batch from the queue, in a thread; a receive that fails is logged and makes an empty batch after a pause
-    that doubles from 1 s up to :data:`MAX_BACKOFF` (no retry storm while SQS is away)."""
-    try:
-        batch = await asyncio.to_thread(queue.receive)
-    except (ClientError, BotoCoreError) as exc:
-        queue.failures += 1
-        pause = min(MAX_BACKOFF, 2.0 ** (queue.failures - 1))
-        log.warning("receiving from %s failed (%s); next receive in %.0f s", queue.settings.queue_url, exc, pause)
-        await asyncio.sleep(pause)
-        return Batch()
-    queue.failures = 0
-    if not batch.messages and queue.settings.poll_interval > 0:
-        await asyncio.sleep(queue.settings.poll_interval)
-    return batch
-
-
-async def delete(queue: SqsQueue, messages: Sequence[Message]) -> int:
-    """Delete the messages, in a thread; a failure is logged (the messages come back after their visibility timeout)
-    and deletes none."""
-    if not messages:
-        return 0
-    try:
-        return await asyncio.to_thread(queue.delete, messages)
-    except (ClientError, BotoCoreError) as exc:
-        log.warning("deleting %d message(s) from %s failed (%s); they come back after their visibility timeout",
-                    len(messages), queue.settings.queue_url, exc)
-        return 0
 
 
 class SqsProducer(SharedStreamProducer or object):  # type: ignore[misc]
@@ -186,6 +80,8 @@ class S3NotificationEventTrigger(BaseEventTrigger):
         (its event not yet stored) is received again. None: the queue's own (SQS's default: 30 s).
     :param max_files_per_event: the most files one event names (at most
         :data:`~airflow_provider_s3ch.core.events.MAX_FILES_PER_EVENT`).
+    :param batch_wait: seconds a batch keeps receiving after its first message, so that files landing close
+        together share an event; 0: only while receives come back full.
     """
 
     def __init__(
@@ -200,6 +96,7 @@ class S3NotificationEventTrigger(BaseEventTrigger):
         max_messages: int = SQS_MAX_MESSAGES,
         visibility_timeout: int | None = None,
         max_files_per_event: int = MAX_FILES_PER_EVENT,
+        batch_wait: float = 1.0,
     ) -> None:
         super().__init__()
         with provider_errors():
@@ -213,6 +110,7 @@ class S3NotificationEventTrigger(BaseEventTrigger):
         self.max_messages = max(1, min(int(max_messages), SQS_MAX_MESSAGES))
         self.visibility_timeout = None if visibility_timeout is None else max(0, int(visibility_timeout))
         self.max_files_per_event = max(1, min(int(max_files_per_event), MAX_FILES_PER_EVENT))
+        self.batch_wait = max(0.0, min(float(batch_wait), 60.0))
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -227,6 +125,7 @@ class S3NotificationEventTrigger(BaseEventTrigger):
                 "max_messages": self.max_messages,
                 "visibility_timeout": self.visibility_timeout,
                 "max_files_per_event": self.max_files_per_event,
+                "batch_wait": self.batch_wait,
             },
         )
 
@@ -241,7 +140,8 @@ class S3NotificationEventTrigger(BaseEventTrigger):
         return Receiving(queue_url=trigger.queue_url, aws_conn_id=trigger.aws_conn_id,
                          region_name=trigger.region_name, wait_time=trigger.wait_time,
                          poll_interval=trigger.poll_interval, max_messages=trigger.max_messages,
-                         visibility_timeout=trigger.visibility_timeout)
+                         visibility_timeout=trigger.visibility_timeout, batch_wait=trigger.batch_wait,
+                         max_receives=max(10, -(-trigger.max_files_per_event // trigger.max_messages)))
 
     def events(self, batch: Batch) -> list[EventPayload]:
         """The events of one batch: the created files of the bucket that the glob selects, one entry per key and
@@ -292,4 +192,6 @@ def notification_watcher(name: str, **trigger: Any) -> Any:
     :raises NeedsNewerAirflowError: on Airflow 2, which has no asset watchers.
     """
     require("an S3 notification watcher (AssetWatcher)", WATCHERS_SINCE)
+    if note := missing_pieces("notification", AIRFLOW):
+        warnings.warn(note, stacklevel=2)
     return AssetWatcher(name=name, trigger=S3NotificationEventTrigger(**trigger))

@@ -130,3 +130,35 @@ def test_events_without_the_ledger_are_refused_before_any_server_call(files: Fil
         operator.execute(triggered_by([EventFile(key=files.key(1), size=1, etag="e",
                                                  last_modified=datetime(2026, 1, 1, tzinfo=UTC))]))
     assert s3_calls == []
+
+
+def test_an_overwritten_file_is_reported_and_left_out_while_the_others_flow(
+        stack: LocalStack, files: Files, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]) -> None:
+    files.put(1, 2)
+    files.operator(files_from="events").execute(triggered_by(versions(stack, files, 1, 2)))
+    files.put(1, version=2)  # overwritten: another ETag
+    files.put(3)
+    same = versions(stack, files, 2)  # a re-upload of the same bytes: the same ETag
+    files.put(2)
+    xcom = files.operator(files_from="events").execute(triggered_by(versions(stack, files, 1, 3), same))
+    assert xcom["ledger"]["new_keys"] == [files.key(3)]
+    assert xcom["ledger"]["skipped_changed_keys"] == [files.key(1)]
+    assert xcom["ledger"]["skipped_loaded_keys"] == [files.key(2)]
+    assert sorted(files.loaded_once().values()) == [1, 1, 1]
+    out = capsys.readouterr()
+    assert "1 file(s) overwritten since they were loaded" in caplog.text + out.out + out.err
+    # the table holds the first version of file 1 (its rows unchanged), and files 2 and 3 once
+    files.put(1)
+    assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 2, 3)
+
+
+def test_on_changed_fail_is_refused_for_a_run_from_events_before_any_server_call(
+        files: Files, s3_calls: list[str]) -> None:
+    operator = files.operator(files_from="events", on_changed="fail", clickhouse_conn_id="no_such_connection")
+    with pytest.raises(InvalidRequestError, match="on_changed='fail' cannot run with files_from='events'"):
+        operator.execute(triggered_by(versions_of_nothing()))
+    assert s3_calls == []
+
+
+def versions_of_nothing() -> list[EventFile]:
+    return [EventFile(key="landing/none.csv", size=1, etag="e", last_modified=datetime(2026, 1, 1, tzinfo=UTC))]

@@ -156,6 +156,25 @@ def test_events_are_bounded(stack: LocalStack, notified: tuple[str, str]) -> Non
     assert sorted(k for e in events for k in keys(e)) == [f"in/{n:02d}.csv" for n in range(5)]
 
 
+def test_files_landing_within_batch_wait_share_one_event(stack: LocalStack, notified: tuple[str, str]) -> None:
+    """Files put one after another, 0.2 s apart, while a batch waits 8 s after its first message: one event."""
+    bucket, url = notified
+    wait_for_messages(stack, url, 1)  # S3's test event
+
+    async def scenario() -> EventPayload:
+        events = trigger_of(bucket, url, batch_wait=8).run().__aiter__()
+        first = asyncio.ensure_future(next_event(events))
+        for n in range(5):
+            await asyncio.to_thread(put, stack, bucket, f"in/{n:02d}.csv")
+            await asyncio.sleep(0.2)
+        event = await first
+        await events.aclose()
+        return event
+
+    event = asyncio.run(scenario())
+    assert keys(event) == [f"in/{n:02d}.csv" for n in range(5)] and event.pending == 0
+
+
 @pytest.mark.skipif(not ACK_MODE, reason="Airflow 3.3's shared-stream ack mode")
 def test_with_the_ack_mode_messages_are_deleted_once_their_events_are_stored(
         stack: LocalStack, notified: tuple[str, str]) -> None:
@@ -236,7 +255,7 @@ def test_the_identity_is_the_arguments_without_credentials(notified: tuple[str, 
     classpath, kwargs = trigger.serialize()
     assert classpath == "airflow_provider_s3ch.triggers.s3_notifications.S3NotificationEventTrigger"
     assert set(kwargs) == {"queue_url", "s3_uri", "aws_conn_id", "region_name", "wait_time", "poll_interval",
-                           "max_messages", "visibility_timeout", "max_files_per_event"}
+                           "max_messages", "visibility_timeout", "max_files_per_event", "batch_wait"}
     json.dumps(kwargs)  # plain values only
     assert S3NotificationEventTrigger(**kwargs).serialize() == (classpath, kwargs)
 

@@ -1,9 +1,11 @@
 """Continuous ingestion through Airflow's own processes (api-server, dag-processor, scheduler, triggerer): the
-listing watcher hands new files on as asset events, the scheduler starts runs of the DAG on the asset, and
-each run loads the files its events name; every file's rows are in the table once."""
+watchers hand new files on as asset events, the scheduler starts runs of the DAGs on the assets, and each run
+loads the files its events name; every file's rows are in the table once. The tests share one Airflow (one
+database, one set of processes), each with its own DAG, bucket and table."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +22,7 @@ DAG_ID = "s3ch_events"
 BUCKET = "s3ch-events-live"
 PREFIX = "landing/"
 TABLE = "default.events_live"
+SQS_DAG_ID, SQS_BUCKET, SQS_TABLE = "s3ch_events_sqs", "s3ch-events-sqs", "default.events_sqs"
 STRUCTURE = "file UInt16, id UInt32, v String"
 ROWS = 200
 
@@ -30,13 +33,37 @@ pytestmark = pytest.mark.integration
 def stack() -> Iterator[LocalStack]:
     with LocalStack(nodes=1, region="eu-west-3") as s:
         s.create_bucket(BUCKET)
+        s.create_bucket(SQS_BUCKET)
         yield s
 
 
-def put(stack: LocalStack, *numbers: int) -> None:
+@pytest.fixture(scope="module")
+def airflow(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
+    """One Airflow for the module's tests: both DAGs, their watchers in one triggerer."""
+    home = tmp_path_factory.mktemp("airflow")
+    ch = stack.clickhouse_client()
+    for table in (TABLE, SQS_TABLE):
+        ch.execute(f"CREATE TABLE {table} ({STRUCTURE}) ENGINE = MergeTree ORDER BY id")
+    queue = stack.notify_queue(SQS_BUCKET, "s3ch-events-sqs", prefix=PREFIX)
+    running = Airflow(home, stack, {
+        "S3CH_TEST_EVENTS_URI": f"s3://{BUCKET}/{PREFIX}*.csv", "S3CH_TEST_EVENTS_TABLE": TABLE,
+        "S3CH_TEST_SQS_URI": f"s3://{SQS_BUCKET}/{PREFIX}*.csv", "S3CH_TEST_SQS_TABLE": SQS_TABLE,
+        "S3CH_TEST_SQS_QUEUE": queue, "S3CH_TEST_SQS_HOLD": str(home / "hold"),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+    })
+    migrated = running.run("db", "migrate")
+    assert migrated.returncode == 0, migrated.stderr[-3000:]
+    running.start("api-server", "dag-processor", "scheduler", "triggerer")
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def put(stack: LocalStack, *numbers: int, bucket: str = BUCKET) -> None:
     for n in numbers:
         body = "".join(f"{n},{n * 100_000 + i},v{i}\n" for i in range(ROWS))
-        stack.s3_client().put_object(Bucket=BUCKET, Key=f"{PREFIX}f-{n:02d}.csv", Body=body.encode())
+        stack.s3_client().put_object(Bucket=bucket, Key=f"{PREFIX}f-{n:02d}.csv", Body=body.encode())
 
 
 def clean(stack: LocalStack) -> tuple[int, int]:
@@ -48,27 +75,16 @@ def clean(stack: LocalStack) -> tuple[int, int]:
     return fingerprint(stack, "default.events_clean")
 
 
-def test_files_put_reach_the_table_through_asset_events(stack: LocalStack, tmp_path: Path) -> None:
+def test_files_put_reach_the_table_through_asset_events(stack: LocalStack, airflow: Airflow) -> None:
     ch = stack.clickhouse_client()
-    ch.execute(f"CREATE TABLE {TABLE} ({STRUCTURE}) ENGINE = MergeTree ORDER BY id")
     put(stack, 1, 2)
-    airflow = Airflow(tmp_path, stack, {
-        "S3CH_TEST_EVENTS_URI": f"s3://{BUCKET}/{PREFIX}*.csv", "S3CH_TEST_EVENTS_TABLE": TABLE,
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
-    })
-    migrated = airflow.run("db", "migrate")
-    assert migrated.returncode == 0, migrated.stderr[-3000:]
-    airflow.start("api-server", "dag-processor", "scheduler", "triggerer")
-    try:
-        wait_for("the first files' rows", lambda: fingerprint(stack, TABLE)[0] == 2 * ROWS, 180, airflow)
-        put(stack, 3, 4, 5)
-        put_at = time.monotonic()
-        wait_for("the later files' rows", lambda: fingerprint(stack, TABLE)[0] == 5 * ROWS, 120, airflow, 0.2)
-        latency = time.monotonic() - put_at
-        wait_for("the runs to end", lambda: not airflow.db(
-            "SELECT 1 FROM dag_run WHERE dag_id = ? AND state NOT IN ('success', 'failed')", DAG_ID), 60, airflow)
-    finally:
-        airflow.stop()
+    wait_for("the first files' rows", lambda: fingerprint(stack, TABLE)[0] == 2 * ROWS, 180, airflow)
+    put(stack, 3, 4, 5)
+    put_at = time.monotonic()
+    wait_for("the later files' rows", lambda: fingerprint(stack, TABLE)[0] == 5 * ROWS, 120, airflow, 0.2)
+    latency = time.monotonic() - put_at
+    wait_for("the runs to end", lambda: not airflow.db(
+        "SELECT 1 FROM dag_run WHERE dag_id = ? AND state NOT IN ('success', 'failed')", DAG_ID), 60, airflow)
 
     assert fingerprint(stack, TABLE) == clean(stack)
     loaded = ch.execute("SELECT key, countIf(state = 'loaded') FROM default._s3ch_ledger FINAL WHERE table = %(t)s "
@@ -76,10 +92,64 @@ def test_files_put_reach_the_table_through_asset_events(stack: LocalStack, tmp_p
     assert loaded == [(f"{PREFIX}f-{n:02d}.csv", 1) for n in range(1, 6)]
     runs = airflow.db("SELECT run_type, state FROM dag_run WHERE dag_id = ?", DAG_ID)
     assert runs and all(run == ("asset_triggered", "success") for run in runs), runs
-    events = airflow.db("SELECT extra FROM asset_event")
+    events = airflow.db("SELECT e.extra FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.name = ?",
+                        "s3ch_events_landing")
     assert events and all('"from_trigger": true' in extra for (extra,) in events), events
     if Version("3.3") <= AIRFLOW:  # the watcher's cursor in the asset's state store
         stored = airflow.db("SELECT key, value FROM asset_state_store WHERE key LIKE 's3ch.listing:%'")
         assert len(stored) == 1 and f'"start_after": "{PREFIX}f-05.csv"' in stored[0][1].replace('":"', '": "'), stored
     print(f"\n{len(runs)} asset-triggered run(s) from {len(events)} asset event(s); 3 files put -> rows readable in "
           f"{latency:.1f} s (poll_interval 1 s)")
+
+
+def xcoms(airflow: Airflow, dag_id: str) -> list[dict]:
+    """The load task's XCom of each run of the DAG, in the order the runs were created."""
+    rows = airflow.db("SELECT x.value FROM xcom x JOIN dag_run r ON r.id = x.dag_run_id WHERE r.dag_id = ? AND "
+                      "x.task_id = 'load' AND x.key = 'return_value' ORDER BY r.id", dag_id)
+    out = []
+    for (value,) in rows:
+        value = json.loads(value.decode() if isinstance(value, bytes) else value)
+        out.append(json.loads(value) if isinstance(value, str) else value)
+    return out
+
+
+def runs_ended(airflow: Airflow, dag_id: str, count: int) -> bool:
+    states = airflow.db("SELECT state FROM dag_run WHERE dag_id = ?", dag_id)
+    return len(states) == count and all(state in ("success", "failed") for (state,) in states)
+
+
+def test_a_run_takes_the_events_stored_while_it_waited(stack: LocalStack, airflow: Airflow) -> None:
+    """Run A holds (its first task) while files 2 and 3 land, one event each. Airflow queues run B with the events
+    stored before B was queued (file 2's) and keeps file 3's for a later run, which only a further event starts.
+    A's load, started after both, takes them too: files 1 to 3 are in the table when A ends. B finds nothing new;
+    C, started by file 4's event, gets file 3's event as well and finds file 3 in the ledger."""
+    hold = Path(airflow.env["S3CH_TEST_SQS_HOLD"])
+    hold.touch()
+    put(stack, 1, bucket=SQS_BUCKET)
+    wait_for("run A to hold", lambda: airflow.db(
+        "SELECT 1 FROM task_instance WHERE dag_id = ? AND task_id = 'hold' AND state = 'running'", SQS_DAG_ID),
+        120, airflow, 0.2)
+    events = lambda: airflow.db(  # noqa: E731
+        "SELECT count(*) FROM asset_event e JOIN asset a ON a.id = e.asset_id WHERE a.name = ?",
+        "s3ch_events_sqs_landing")[0][0]
+    for n in (2, 3):
+        put(stack, n, bucket=SQS_BUCKET)
+        wait_for(f"file {n}'s event", lambda n=n: events() == n, 60, airflow, 0.2)
+    hold.unlink()
+    wait_for("runs A and B", lambda: runs_ended(airflow, SQS_DAG_ID, 2), 180, airflow)
+    key = lambda n: f"{PREFIX}f-{n:02d}.csv"  # noqa: E731
+    (a,) = xcoms(airflow, SQS_DAG_ID)  # B's load was skipped: nothing new (skip_when_empty)
+    assert a["ledger"]["new_keys"] == [key(1), key(2), key(3)]
+    assert airflow.db("SELECT r.id, t.state FROM task_instance t JOIN dag_run r ON r.run_id = t.run_id AND r.dag_id = "
+                      "t.dag_id WHERE t.dag_id = ? AND t.task_id = 'load' ORDER BY r.id", SQS_DAG_ID)[1][1] == "skipped"
+
+    put(stack, 4, bucket=SQS_BUCKET)
+    wait_for("run C", lambda: runs_ended(airflow, SQS_DAG_ID, 3), 180, airflow)
+    c = xcoms(airflow, SQS_DAG_ID)[1]
+    assert (c["ledger"]["new_keys"], c["ledger"]["skipped_loaded_keys"]) == ([key(4)], [key(3)])
+    consumed = airflow.db("SELECT count(*) FROM dag_run r JOIN dagrun_asset_event d ON d.dag_run_id = r.id "
+                          "WHERE r.dag_id = ? GROUP BY r.id ORDER BY r.id", SQS_DAG_ID)
+    assert [n for (n,) in consumed] == [1, 1, 2], consumed  # file 3's event waited for C
+    ch = stack.clickhouse_client()
+    assert ch.execute(f"SELECT file, count() FROM {SQS_TABLE} GROUP BY file ORDER BY file") == [
+        (n, ROWS) for n in (1, 2, 3, 4)]

@@ -33,3 +33,17 @@ def test_the_readme_gives_files_from_its_default_and_values() -> None:
     assert OPERATOR["files_from"].default == FILES_FROM[0]
     row = next(line for line in README.splitlines() if line.startswith("| `files_from` |"))
     assert f"| `{FILES_FROM[0]}` |" in row and all(f"`{value}`" in row for value in FILES_FROM)
+
+
+@pytest.mark.parametrize("version", ["3.0.6", "3.1.0", "3.2.1"])
+def test_watchers_say_at_parse_time_what_airflow_3_0_to_3_2_lacks(version: str) -> None:
+    from packaging.version import Version
+
+    from airflow_provider_s3ch.triggers.s3_events import missing_pieces
+
+    listing, notification = (missing_pieces(w, Version(version)) for w in ("listing", "notification"))
+    assert f"Airflow {version} has no asset state store (Airflow 3.3)" in listing and "in memory" in listing
+    assert f"Airflow {version} has no shared-stream ack mode (Airflow 3.3)" in notification
+    assert "loses that event" in notification and "listing watcher too" in notification
+    assert missing_pieces("listing", Version("3.3.0")) is None
+    assert missing_pieces("notification", Version("3.3.2")) is None

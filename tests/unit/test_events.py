@@ -12,17 +12,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from airflow_provider_s3ch.core.errors import FormatError, NothingMatchedError
+from airflow_provider_s3ch.core.errors import FormatError, InvalidRequestError, NothingMatchedError
 from airflow_provider_s3ch.core.events import (
     MAX_FILES_PER_EVENT,
     EventFile,
     EventPayload,
+    check_events_request,
     collapse,
     event_payloads,
     manifest_of,
     matching,
     notification_files,
     payloads,
+    run_files,
     union,
 )
 from airflow_provider_s3ch.core.models import LoadRequest
@@ -139,3 +141,48 @@ def test_a_bad_stream_gives_the_clean_streams_files_that_it_kept(stream: tuple, 
     assert all(len(e.files) <= limit for e in events)
     # a run given every event twice, in any order, loads the same files
     assert union(events[::-1] + events) == clean
+
+
+def events_request(**kwargs: object) -> LoadRequest:
+    return LoadRequest.from_arguments(s3_uri="s3://b/in/*.csv", table="t", skip_loaded=True, **kwargs)
+
+
+@given(st.lists(st.lists(st.sampled_from(["in/a.csv", "in/b.csv", "in/c.csv", "in/x.txt"]), max_size=4), max_size=5),
+       st.integers(0, 3), st.sampled_from(["b", "other"]))
+def test_run_files_lists_unless_a_watchers_event_of_the_bucket_names_files(
+        named: list[list[str]], foreign: int, bucket: str) -> None:
+    extras = [{"from_trigger": True, "payload": p.to_event()} for keys in named
+              for p in payloads(bucket, [file(k) for k in keys])]
+    extras += [{"note": "posted by hand"}] * foreign + [None]
+    chosen = run_files(events_request(), extras)
+    assert chosen.events == len(extras)
+    ours = [e for e in extras if e and e.get("payload") and bucket == "b"]
+    assert chosen.watcher_events == len(ours)
+    if not ours:
+        assert chosen.files is None and "listing s3://b/in/*.csv" in chosen.note
+    else:  # every key any event named, once; the glob is the manifest's to apply
+        assert [f.key for f in chosen.files] == sorted({k for keys in named for k in keys})
+        assert f"{len(chosen.files)} file(s), no listing" in chosen.note
+
+
+def test_run_files_without_events_lists() -> None:
+    assert run_files(events_request(), []).files is None
+
+
+def test_a_run_from_events_needs_the_ledger_and_refuses_on_changed_fail() -> None:
+    with pytest.raises(InvalidRequestError, match="needs skip_loaded=True"):
+        check_events_request(LoadRequest.from_arguments(s3_uri="s3://b/in/*.csv", table="t"))
+    with pytest.raises(InvalidRequestError, match="on_changed='fail' cannot run with files_from='events'"):
+        check_events_request(events_request(on_changed="fail"))
+    check_events_request(events_request(on_changed="skip"))
+
+
+def test_run_files_takes_the_files_of_the_events_stored_since_once() -> None:
+    def extra(*keys: str) -> dict:
+        return {"from_trigger": True, "payload": payloads("b", [file(k) for k in keys])[0].to_event()}
+
+    chosen = run_files(events_request(), [extra("in/a.csv", "in/b.csv")], [extra("in/b.csv", "in/c.csv"), None])
+    assert [f.key for f in chosen.files] == ["in/a.csv", "in/b.csv", "in/c.csv"]
+    assert (chosen.watcher_events, chosen.waiting_events) == (1, 1) and "and 1 stored since" in chosen.note
+    # without a watcher's event among the triggering ones, the run lists, whatever waits
+    assert run_files(events_request(), [{"note": "by hand"}], [extra("in/c.csv")]).files is None

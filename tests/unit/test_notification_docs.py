@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_s3ch.triggers.s3_notifications import MAX_BACKOFF, S3NotificationEventTrigger
+from airflow_provider_s3ch.hooks.sqs import MAX_BACKOFF
+from airflow_provider_s3ch.triggers.s3_notifications import S3NotificationEventTrigger
 
 PAGE = (Path(__file__).parents[2] / "docs" / "continuous.md").read_text()
 TRIGGER = inspect.signature(S3NotificationEventTrigger.__init__).parameters
