@@ -249,6 +249,13 @@ def print_figures(result: dict[str, Any] | None, rows_in_table: int, sample_rows
 
 def cmd_live(args: argparse.Namespace) -> int:
     """The live demo (:mod:`airflow_provider_s3ch.local.live`): 0 when every file put is in the table once."""
+    from airflow_provider_s3ch.errors import NeedsNewerAirflowError, require
+
+    try:  # the api-server, the dag-processor and asset watchers are Airflow 3's
+        require("s3ch-local live (asset watchers, Airflow's api-server and dag-processor)", "3.0")
+    except NeedsNewerAirflowError as e:
+        print(e, file=sys.stderr)
+        return 2
     args.nodes, args.workload_memory = 1, None
     options = live.options_from(args)
     if not options.dag_file.is_file():
