@@ -45,6 +45,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         dag_file=ROOT / "example_dags" / "example_continuous.py", bucket=f"s3ch-bench-{mode}",
         table=f"default.continuous_{mode}", files=args.files, interval=args.interval, rows_per_file=args.rows_per_file,
         sqs=sqs, listing_poll=poll, report_every=args.report_every, drain_timeout=args.drain_timeout,
+        safety_net=args.safety_net,
     )  # fmt: skip
     started = time.monotonic()
     with LocalStack(nodes=1, region="eu-west-3") as stack:
@@ -54,6 +55,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     goals = GOALS[mode]
     summary.update({
         "mode": mode, "watchers": "notification + listing" if sqs else "listing", "listing_poll_s": poll,
+        "safety_net": args.safety_net,
         "interval_s": args.interval, "rows_per_file": args.rows_per_file, "clickhouse": version,
         "latencies_s": [round(x, 3) for x in result.latencies], "duration_s": round(time.monotonic() - started, 1),
         "goals": goals,
@@ -87,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--listing-poll", type=float, default=10.0, help="listing mode: seconds between looks (10)")
     parser.add_argument("--backstop-poll", type=float, default=300.0,
                         help="sqs mode: the listing watcher's seconds between looks, the backstop (300)")  # fmt: skip
+    parser.add_argument("--safety-net", default="* * * * *",
+                        help="the DAG's time schedule beside the asset (cron; every minute): it bounds the wait of "
+                        "the last files' events, which reach no run until the next event or this schedule")  # fmt: skip
     parser.add_argument("--modes", default="sqs,listing", help="which modes, in order (sqs,listing)")
     parser.add_argument("--report-every", type=float, default=10.0, help="seconds between progress lines (10)")
     parser.add_argument("--drain-timeout", type=float, default=180.0,

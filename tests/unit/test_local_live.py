@@ -21,7 +21,8 @@ def test_summary_and_table_name_each_figure() -> None:
     result = LiveResult(put=3, loaded=3, exactly_once=True, rows=300, latencies=[1.234, 2.0, 9.87],
                         runs={"asset_triggered/success": 2}, inserts=2)  # fmt: skip
     summary = result.summary()
-    assert summary == {"files_put": 3, "files_loaded": 3, "exactly_once": True, "rows": 300, "p50_s": 2.0,
+    assert summary == {"files_put": 3, "files_loaded": 3, "exactly_once": True, "missing": 0, "doubled": 0,
+                       "rows": 300, "p50_s": 2.0,
                        "p95_s": 9.87, "max_s": 9.87, "runs": {"asset_triggered/success": 2}, "inserts": 2,
                        "stopped_by": None}  # fmt: skip
     row = {**summary, "mode": "sqs", "listing_poll_s": 300.0, "goals": {"p50_s": 10.0, "p95_s": 20.0},
