@@ -23,10 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shlex
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_s3ch.compat import AIRFLOW_VERSION
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.live import LiveOptions, run_live
 
@@ -104,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     out = {
         "started": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(started)), "machine": platform.platform(),
         "files_per_mode": args.files, "full_run": args.files >= 300, "note": args.note,
-        "command": "python -m bench.continuous " + " ".join(argv if argv is not None else __import__("sys").argv[1:]),
+        "command": shlex.join(["python", "-m", "bench.continuous", *(argv if argv is not None else sys.argv[1:])]),
+        "airflow": AIRFLOW_VERSION,
         "modes": modes,
     }  # fmt: skip
     args.out.parent.mkdir(parents=True, exist_ok=True)
