@@ -32,7 +32,10 @@ of ``s3ch-local up`` / ``s3ch-local live``):
 =================================  ==================================================================
 
 Connections: ``clickhouse_native_default`` and ``aws_default`` (its ``endpoint_url`` serves SQS too; on
-the local stack, from the ``AIRFLOW_CONN_*`` variables ``s3ch-local up`` prints).
+the local stack, from the ``AIRFLOW_CONN_*`` variables ``s3ch-local up`` prints). On the local stack the
+default queue is ``LocalStack.notify_queue("s3ch-sample", "s3ch-landing", prefix="landing/")`` (its server
+takes the queue's name from the URL's last part). ``s3ch-local live`` (``make live``) runs this DAG under
+Airflow's own scheduler and triggerer, puts a file a second and prints the rows and the lag.
 """
 
 from __future__ import annotations
