@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --constraint $(CONSTRAINTS)
 
-.PHONY: venv demo test test-airflow unit integration ledger-histories lint bench bench-large bench-peers docs constraints airflow-check clean
+.PHONY: venv demo live test test-airflow unit integration ledger-histories lint bench bench-large bench-peers docs constraints airflow-check clean
 
 venv: $(STAMP)
 
@@ -39,6 +39,13 @@ constraints:
 ## demo: start a real local ClickHouse and S3, write sample data, run the example DAG through Airflow, print the load
 demo: venv
 	$(VENV)/bin/s3ch-local demo --dags-folder example_dags --workload-memory 8Gi
+
+## live: continuous ingestion on the local stack with Airflow's own scheduler, triggerer and dag-processor: a file put
+## each second for LIVE_SECONDS, the rows, files and lag printed, then the put -> readable latency (p50, p95)
+LIVE_SECONDS ?= 60
+
+live: venv
+	$(VENV)/bin/s3ch-local live --seconds $(LIVE_SECONDS) --dag-file example_dags/example_continuous.py
 
 ## test: the whole suite (unit, integration on the real local stack, the example DAG through Airflow)
 test: venv

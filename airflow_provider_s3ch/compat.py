@@ -42,6 +42,11 @@ try:  # Airflow 3: a trigger that watches an asset; Airflow 2 has no watchers
 except ImportError:  # pragma: no cover - Airflow 2
     AssetWatcher = None  # type: ignore[assignment,misc]
 
+try:  # Airflow 3: a DAG run on an asset's events or on a time schedule, whichever comes first
+    from airflow.sdk import AssetOrTimeSchedule, CronTriggerTimetable
+except ImportError:  # pragma: no cover - Airflow 2
+    AssetOrTimeSchedule = CronTriggerTimetable = None  # type: ignore[assignment,misc]
+
 try:  # Airflow 3.3: an event trigger's broker advanced only after its events are stored (the ack mode)
     from airflow.triggers.shared_stream import AdvanceItem, SharedStreamProducer
 except ImportError:  # pragma: no cover - Airflow 2 and 3.0 to 3.2
@@ -112,12 +117,14 @@ __all__ = [
     "AirflowNotFoundException",
     "AirflowSkipException",
     "Asset",
+    "AssetOrTimeSchedule",
     "AssetWatcher",
     "BaseAsset",
     "BaseEventTrigger",
     "BaseOperator",
     "BaseSensorOperator",
     "Context",
+    "CronTriggerTimetable",
     "PokeReturnValue",
     "SharedStreamProducer",
     "conf",

@@ -3,6 +3,8 @@
 s3ch-local up [--nodes N] [--rows R]      start, write sample data, print AIRFLOW_CONN_*; Ctrl-C stops
 s3ch-local demo --dags-folder DIR         start, write sample data, run the example DAG through Airflow,
                                           print what it loaded, stop
+s3ch-local live [--seconds S]             start, run Airflow's scheduler and triggerer on the continuous
+                                          example DAG, put a file a second, print rows and lag, stop
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_provider_s3ch.core.sizes import fmt_bytes
+from airflow_provider_s3ch.local import live
 from airflow_provider_s3ch.local.sample import write_posts
 from airflow_provider_s3ch.local.stack import DEFAULT_BUCKET, DEFAULT_REGION, WORKLOAD, LocalStack
 
@@ -244,6 +247,30 @@ def print_figures(result: dict[str, Any] | None, rows_in_table: int, sample_rows
     print(f"{'rows in table':>18}: {rows_in_table} (sample data: {sample_rows})")
 
 
+def cmd_live(args: argparse.Namespace) -> int:
+    """The live demo (:mod:`airflow_provider_s3ch.local.live`): 0 when every file put is in the table once."""
+    from airflow_provider_s3ch.errors import NeedsNewerAirflowError, require
+
+    try:  # the api-server, the dag-processor and asset watchers are Airflow 3's
+        require("s3ch-local live (asset watchers, Airflow's api-server and dag-processor)", "3.0")
+    except NeedsNewerAirflowError as e:
+        print(e, file=sys.stderr)
+        return 2
+    args.nodes, args.workload_memory = 1, None
+    options = live.options_from(args)
+    if not options.dag_file.is_file():
+        print(f"no DAG file at {options.dag_file} (--dag-file: example_dags/example_continuous.py)", file=sys.stderr)
+        return 2
+    try:
+        with _stack_until_stopped(args) as stack:
+            stack.start()
+            result = live.run_live(stack, options, stop_on=(Stopped,))
+    except Stopped as stop:
+        print(f"# {stop}: stopped Airflow and the stack", file=sys.stderr, flush=True)
+        return 128 + stop.signum
+    return 0 if result.exactly_once and result.put else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="s3ch-local", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
@@ -256,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     _add_stack_args(demo)
     demo.add_argument("--dags-folder", default="example_dags", help="folder with the example DAG (example_dags)")
     demo.set_defaults(func=cmd_demo)
+    live_cmd = sub.add_parser("live", help="continuous ingestion, live: files put once a second, rows and lag printed")
+    live.add_arguments(live_cmd)
+    live_cmd.set_defaults(func=cmd_live)
     args = parser.parse_args(argv)
     return int(args.func(args))
 
