@@ -132,7 +132,7 @@ __all__ = [
 ]
 
 
-def events_since(triggering: Mapping[Any, Sequence[Any]], limit: int = 100) -> list[Any]:
+def events_since(triggering: Mapping[Any, Sequence[Any]], limit: int = 1000) -> list[Any]:
     """The events of the assets that triggered this run stored since its latest triggering event of each, oldest
     first (at most ``limit`` an asset).
 

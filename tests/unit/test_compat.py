@@ -62,7 +62,7 @@ def test_events_since_reads_each_assets_later_events_once(monkeypatch: pytest.Mo
     landing, alias = AssetKey("landing", "s3://b/in/"), AssetKey(None, None)
     later = compat.events_since({landing: stored["landing"][:3], alias: stored["landing"][:1]})
     assert [e.extra["n"] for e in later] == [4, 5]
-    assert asked == [("landing", t0 + timedelta(seconds=3), 100)]
+    assert asked == [("landing", t0 + timedelta(seconds=3), 1000)]
 
 
 def test_events_since_outside_a_supervised_task_reads_none() -> None:
