@@ -26,7 +26,9 @@ from airflow.providers.common.compat.sdk import (
     BaseSensorOperator,
     Context,
     PokeReturnValue,
+    Stats,
     conf,
+    get_current_context,
     mask_secret,
 )
 from airflow.providers.common.compat.triggers import BaseEventTrigger
@@ -120,7 +122,9 @@ __all__ = [
     "Context",
     "PokeReturnValue",
     "SharedStreamProducer",
+    "Stats",
     "conf",
+    "get_current_context",
     "mask_secret",
 ]
 
