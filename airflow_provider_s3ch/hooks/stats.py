@@ -30,7 +30,9 @@ def gauges(f: Freshness) -> dict[str, float]:
     """The gauges of the figures, by name: seconds, files, bytes, events."""
     out: dict[str, float] = {
         f"{PREFIX}.lag": f.lag_s, f"{PREFIX}.lag_left": f.lag_left_s, f"{PREFIX}.pending_files": f.pending_files,
-        f"{PREFIX}.pending_bytes": f.pending_bytes, f"{PREFIX}.loaded_files": f.loaded_files,
+        f"{PREFIX}.pending_bytes": f.pending_bytes, f"{PREFIX}.pending_held": f.pending_held,
+        f"{PREFIX}.pending_changed": f.pending_changed, f"{PREFIX}.pending_later": f.pending_later,
+        f"{PREFIX}.loaded_files": f.loaded_files,
     }
     if f.queue_depth is not None:
         out.update({f"{PREFIX}.queue.events": f.queue_depth.events, f"{PREFIX}.queue.files": f.queue_depth.files,

@@ -149,7 +149,8 @@ def test_the_log_line_and_the_metrics_name_every_figure() -> None:
     line = summary_line(f)
     assert "lag 12.5 s at the start, 3.0 s left" in line and "p95 9.0 s" in line and "2 asset event(s)" in line
     assert stats.gauges(f) == {"s3ch.lag": 12.5, "s3ch.lag_left": 3.0, "s3ch.pending_files": 2,
-                               "s3ch.pending_bytes": 10, "s3ch.loaded_files": 3, "s3ch.queue.events": 2,
+                               "s3ch.pending_bytes": 10, "s3ch.pending_held": 1, "s3ch.pending_changed": 0,
+                               "s3ch.pending_later": 1, "s3ch.loaded_files": 3, "s3ch.queue.events": 2,
                                "s3ch.queue.files": 4, "s3ch.queue.pending": 1}
     assert stats.timings(f) == {"s3ch.latency.p50": timedelta(seconds=2), "s3ch.latency.p95": timedelta(seconds=9),
                                 "s3ch.latency.max": timedelta(seconds=9)}
