@@ -133,14 +133,16 @@ def events_pending(events: Sequence[EventPayload]) -> int:
     return total
 
 
-def queue_depth(triggering: Mapping[Any, Iterable[Any]] | None, bucket: str) -> QueueDepth:
+def queue_depth(triggering: Mapping[Any, Iterable[Any]] | None, bucket: str) -> QueueDepth | None:
     """The queue depth of a run from its triggering asset events (Airflow's ``triggering_asset_events``: each
-    asset's events, each with its ``extra``).
+    asset's events, each with its ``extra``); None for a run no event triggered (a time schedule, a manual run).
 
-    :param triggering: the task context's ``triggering_asset_events``; None or empty for a run no event triggered.
+    :param triggering: the task context's ``triggering_asset_events`` (None or empty: no event).
     :param bucket: the load's bucket (other buckets' events are not this load's).
     """
     extras = [getattr(event, "extra", None) for events in (triggering or {}).values() for event in events]
+    if not extras:
+        return None
     payloads = event_payloads(extras, bucket)
     return QueueDepth(events=len(extras), watcher_events=len(payloads), files=sum(len(p.files) for p in payloads),
                       pending=events_pending(payloads))

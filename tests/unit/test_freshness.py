@@ -130,7 +130,7 @@ def test_the_queue_depth_counts_the_events_and_the_files_of_the_loads_bucket() -
     extras = [{"from_trigger": True, "payload": p.to_event()} for p in [*mine, other]] + [{"note": "by hand"}, None]
     triggering = {"landing": [types.SimpleNamespace(extra=e) for e in extras]}
     assert queue_depth(triggering, "b") == QueueDepth(events=5, watcher_events=2, files=4, pending=1)
-    assert queue_depth(None, "b") == QueueDepth()
+    assert queue_depth(None, "b") is None and queue_depth({"landing": []}, "b") is None  # no event triggered it
 
 
 def test_the_standing_of_a_selection_leaves_out_the_loaded_files() -> None:
