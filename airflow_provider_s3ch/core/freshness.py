@@ -7,10 +7,10 @@ A continuous load is judged by how late its rows are, not by how fast one insert
   the lag still left when it ends (the oldest file still not loaded: files another load holds, changed files
   skipped, files left for later); 0 when there is none;
 * the **pending** files and bytes when the run ends: the files left, and the files the triggering events say
-  their watcher found and hands on in later events (:func:`events_pending`);
+  their watcher found and hands on in later events;
 * the **latency** of each file it loaded, from landing (``LastModified``) to its rows being visible (its
   chunk published), as p50 / p95 / max;
-* the **queue depth**: the asset events that triggered the run and the files they named (:func:`queue_depth`).
+* the **queue depth**: the asset events the run took and the files they named (:func:`queue_of`).
 
 Pure: no I/O. The load run gives the moments (the server's clock where it read it) and the files.
 """
@@ -18,14 +18,13 @@ Pure: no I/O. The load run gives the moments (the server's clock where it read i
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
 
-from airflow_provider_s3ch.core.events import EventPayload, event_payloads
+from airflow_provider_s3ch.core.events import RunFiles
 from airflow_provider_s3ch.core.ledger import Selection
 from airflow_provider_s3ch.core.models import S3Object
 from airflow_provider_s3ch.core.sizes import fmt_bytes
@@ -36,15 +35,18 @@ SERVER_NOW_SQL = "SELECT toUnixTimestamp64Micro(now64(6))"
 
 
 class QueueDepth(BaseModel):
-    """The asset events that triggered a run: how many, and how many files they named."""
+    """The asset events a run took: how many, and how many files they named."""
 
     #: Asset events that triggered the run (of any kind).
     events: int = Field(0, ge=0)
     #: Of them, the S3 watchers' events of the load's bucket.
     watcher_events: int = Field(0, ge=0)
-    #: Files those events named (a file named by two events counts twice).
+    #: The watchers' events stored after the run's own, which the run took too.
+    waiting_events: int = Field(0, ge=0)
+    #: Files the watchers' events named (each key once).
     files: int = Field(0, ge=0)
-    #: Files their watchers found and hand on in later events (:func:`events_pending`).
+    #: Files their watchers found and hand on in later events
+    #: (:func:`~airflow_provider_s3ch.core.events.events_pending`).
     pending: int = Field(0, ge=0)
 
 
@@ -112,40 +114,13 @@ def standing(listed: Iterable[S3Object], selection: Selection, lost: Iterable[S3
                     list(selection.skipped_changed))
 
 
-def events_pending(events: Sequence[EventPayload]) -> int:
-    """The files the events' watchers found and hand on in events that are not among ``events``.
-
-    A watcher cuts what one look found into events of bounded size, each saying how many files follow it
-    (``pending``). An event's ``pending`` counts unless a later one of ``events`` continues it (its own ``pending``
-    plus its files make the earlier one's ``pending``): then the later event says what is still to come.
-
-    :param events: the run's events, in the order they were stored.
-    """
-    total = 0
-    continues: Counter[tuple[str, bool, int]] = Counter()
-    for event in reversed(events):
-        signature = (event.bucket, event.full_listing, event.pending)
-        if event.pending and continues[signature]:
-            continues[signature] -= 1
-        else:
-            total += event.pending
-        continues[(event.bucket, event.full_listing, event.pending + len(event.files))] += 1
-    return total
-
-
-def queue_depth(triggering: Mapping[Any, Iterable[Any]] | None, bucket: str) -> QueueDepth | None:
-    """The queue depth of a run from its triggering asset events (Airflow's ``triggering_asset_events``: each
-    asset's events, each with its ``extra``); None for a run no event triggered (a time schedule, a manual run).
-
-    :param triggering: the task context's ``triggering_asset_events`` (None or empty: no event).
-    :param bucket: the load's bucket (other buckets' events are not this load's).
-    """
-    extras = [getattr(event, "extra", None) for events in (triggering or {}).values() for event in events]
-    if not extras:
+def queue_of(chosen: RunFiles) -> QueueDepth | None:
+    """The queue depth of a run from events, from what :func:`~airflow_provider_s3ch.core.events.run_files` chose;
+    None for a run no event triggered (a time schedule, a manual run)."""
+    if not chosen.events:
         return None
-    payloads = event_payloads(extras, bucket)
-    return QueueDepth(events=len(extras), watcher_events=len(payloads), files=sum(len(p.files) for p in payloads),
-                      pending=events_pending(payloads))
+    return QueueDepth(events=chosen.events, watcher_events=chosen.watcher_events,
+                      waiting_events=chosen.waiting_events, files=len(chosen.files or []), pending=chosen.pending)
 
 
 def percentile(values: Sequence[float], share: float) -> float:

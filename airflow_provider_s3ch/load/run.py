@@ -77,6 +77,7 @@ class RunParts:
     :param clickhouse: the ClickHouse hook (closed by the run).
     :param s3: the S3 side: the client, the credentials the statements carry, the endpoint.
     :param listing: the manifest of the files to load (:func:`~airflow_provider_s3ch.hooks.s3.build_manifest`).
+    :param queue: a run from events: the events it took (``core.freshness.queue_of``), for its ``freshness``.
 
     The phases that talk to the servers, each made with the hook: the ``target`` phase (:class:`~.target.Target`),
     the file ledger of a load with ``skip_loaded`` (:class:`~.ledger.LedgerRun`), the inserts
@@ -90,6 +91,7 @@ class RunParts:
     ledger: Callable[..., LedgerRun] = LedgerRun
     inserter: Callable[..., Inserter] = Inserter
     completion: Callable[..., Completion] = Completion
+    queue: QueueDepth | None = None
 
     @classmethod
     def connections(cls, clickhouse_conn_id: str, aws_conn_id: str | None) -> RunParts:
@@ -126,12 +128,10 @@ class LoadRun:
     :param options: the run's options.
     :param log: the task's logger.
     :param parts: what it talks to (:meth:`RunParts.connections` of the operator's connections).
-    :param queue: the run's triggering asset events (``core.freshness.queue_depth``) for the ``freshness`` report.
     """
 
-    def __init__(self, request: LoadRequest, options: RunOptions, log: logging.Logger, parts: RunParts, *,
-                 queue: QueueDepth | None = None) -> None:
-        self.request, self.options, self.log, self.parts, self.queue = request, options, log, parts, queue
+    def __init__(self, request: LoadRequest, options: RunOptions, log: logging.Logger, parts: RunParts) -> None:
+        self.request, self.options, self.log, self.parts = request, options, log, parts
         #: The inserts of the run (what ``on_kill`` kills); None before the first.
         self.inserter: Inserter | None = None
         #: What the load's lineage and asset events say (None: a dry run, or nothing loaded).
@@ -236,7 +236,7 @@ class LoadRun:
     def _chunks(self, this: Try, target: Target, ledger: LedgerRun) -> LoadReport:
         with self._phase("ledger"):
             chunks = ledger.prepare(this.listed.manifest, this.listed.url)
-        watch = Watch(ledger, self.queue, self.log) if not self.request.dry_run else None
+        watch = Watch(ledger, self.parts.queue, self.log) if not self.request.dry_run else None
         loads: list[Loaded] = []
         for chunk in chunks:
             with self._phase("ledger"):

@@ -3,18 +3,19 @@ file's latency to rows visible on the server's clock, and the triggering events'
 
 from __future__ import annotations
 
+import dataclasses
 import types
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 
 from airflow_provider_s3ch.compat import AIRFLOW_3
-from airflow_provider_s3ch.core.events import EventFile, payloads
-from airflow_provider_s3ch.core.freshness import queue_depth
+from airflow_provider_s3ch.core.events import EventFile, payloads, run_files
+from airflow_provider_s3ch.core.freshness import queue_of
+from airflow_provider_s3ch.load.run import RunParts
 from airflow_provider_s3ch.local import LocalStack
-from airflow_provider_s3ch.operators import s3_to_clickhouse
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from tests.integration.faults import fingerprint
 from tests.integration.test_ledger import BUCKET, Files, _ledger_run, new_files
 from tests.integration.test_run_from_events import clean_of, triggered_by, versions
@@ -36,17 +37,19 @@ def files(stack: LocalStack, bucket: str) -> Files:
 
 
 @pytest.fixture
-def with_queue(monkeypatch: pytest.MonkeyPatch) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """The operator hands its run the triggering events' depth (``LoadRun(..., queue=queue_depth(...))``)."""
-    made = s3_to_clickhouse.LoadRun
+def with_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator hands its run the events it took (``RunParts.queue``: ``queue_of(run_files(...))``)."""
+    made = S3ToClickHouseOperator.run_parts
 
-    def run(request: Any, *args: Any, **kwargs: Any) -> Any:
-        kwargs.setdefault("queue", queue_depth(context["triggering_asset_events"], request.bucket))
-        return made(request, *args, **kwargs)
+    def run_parts(self: S3ToClickHouseOperator, context: Any = None, request: Any = None) -> RunParts:
+        parts = made(self, context, request)
+        if parts.queue is not None or context is None or request is None:
+            return parts
+        triggering = context.get("triggering_asset_events") or {}
+        chosen = run_files(request, [getattr(e, "extra", None) for events in triggering.values() for e in events])
+        return dataclasses.replace(parts, queue=queue_of(chosen))
 
-    monkeypatch.setattr(s3_to_clickhouse, "LoadRun", run)
-    context: dict[str, Any] = {}
-    return lambda given: context.update(given) or given
+    monkeypatch.setattr(S3ToClickHouseOperator, "run_parts", run_parts)
 
 
 def aged(found: list[EventFile], seconds: float) -> list[EventFile]:
@@ -61,10 +64,10 @@ def server_now(stack: LocalStack) -> datetime:
 
 
 def test_old_files_show_their_age_as_the_lag_and_in_their_latency(stack: LocalStack, files: Files,
-                                                                  with_queue: Callable) -> None:
+                                                                  with_queue: None) -> None:
     files.put(1, 2, 3)
     old, recent = aged(versions(stack, files, 1), HOURS_2), aged(versions(stack, files, 2, 3), 60)
-    context = with_queue(triggered_by(old, recent))
+    context = triggered_by(old, recent)
     xcom = files.operator(files_from="events").execute(context)
     after = server_now(stack)
     fresh = xcom["freshness"]
@@ -77,11 +80,11 @@ def test_old_files_show_their_age_as_the_lag_and_in_their_latency(stack: LocalSt
     assert latency["files"] == 3
     assert HOURS_2 <= latency["max_s"] <= (after - old[0].last_modified).total_seconds()  # file 1's
     assert 60 <= latency["p50_s"] <= (after - recent[0].last_modified).total_seconds()  # files 2 and 3's
-    assert fresh["queue_depth"] == {"events": 2, "watcher_events": 2, "files": 3, "pending": 0}
+    assert fresh["queue_depth"] == {"events": 2, "watcher_events": 2, "waiting_events": 0, "files": 3, "pending": 0}
 
 
 def test_files_another_load_holds_and_files_still_to_come_are_pending(stack: LocalStack, files: Files,
-                                                                      with_queue: Callable) -> None:
+                                                                      with_queue: None) -> None:
     files.put(1, 2, 3, 4)
     other, manifest = _ledger_run(files, "other", files.uri)  # another load claimed files 1 and 2 a moment ago
     other.create()
@@ -94,7 +97,6 @@ def test_files_another_load_holds_and_files_still_to_come_are_pending(stack: Loc
     assert (first.pending, second.pending) == (4, 0)
     context = triggered_by([])
     context["triggering_asset_events"] = {"landing": [types.SimpleNamespace(extra={"payload": first.to_event()})]}
-    with_queue(context)
     xcom = files.operator(files_from="events").execute(context)
     after = server_now(stack)
     fresh = xcom["freshness"]
@@ -106,7 +108,7 @@ def test_files_another_load_holds_and_files_still_to_come_are_pending(stack: Loc
     # file 1, two hours old, is held by the other load: the lag it makes is still there after the run
     assert fresh["lag_s"] >= HOURS_2
     assert HOURS_2 <= fresh["lag_left_s"] <= (after - named[0].last_modified).total_seconds()
-    assert fresh["queue_depth"] == {"events": 1, "watcher_events": 1, "files": 4, "pending": 4}
+    assert fresh["queue_depth"] == {"events": 1, "watcher_events": 1, "waiting_events": 0, "files": 4, "pending": 4}
     other.hook.close()
 
 

@@ -9,21 +9,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_s3ch.core.events import EventFile, EventPayload, payloads
+from airflow_provider_s3ch.core.events import EventFile, EventPayload, events_pending, payloads, run_files
 from airflow_provider_s3ch.core.freshness import (
     Freshness,
     QueueDepth,
-    events_pending,
     freshness,
     lag,
     latency,
     percentile,
-    queue_depth,
+    queue_of,
     standing,
     summary_line,
 )
 from airflow_provider_s3ch.core.ledger import Selection
-from airflow_provider_s3ch.core.models import S3Object
+from airflow_provider_s3ch.core.models import LoadRequest, S3Object
 from airflow_provider_s3ch.hooks import stats
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -125,12 +124,15 @@ def test_events_of_two_looks_each_count_what_they_left() -> None:
 
 
 def test_the_queue_depth_counts_the_events_and_the_files_of_the_loads_bucket() -> None:
-    mine = payloads("b", [event_file(i) for i in range(5)], limit=2)[:2]
+    request = LoadRequest(s3_uri="s3://b/k/*.csv", table="t", skip_loaded=True)
+    look = payloads("b", [event_file(i) for i in range(5)], limit=2)  # pending 3, 1, 0
     other = EventPayload(bucket="other", files=[event_file(1)])
-    extras = [{"from_trigger": True, "payload": p.to_event()} for p in [*mine, other]] + [{"note": "by hand"}, None]
-    triggering = {"landing": [types.SimpleNamespace(extra=e) for e in extras]}
-    assert queue_depth(triggering, "b") == QueueDepth(events=5, watcher_events=2, files=4, pending=1)
-    assert queue_depth(None, "b") is None and queue_depth({"landing": []}, "b") is None  # no event triggered it
+    extras = [{"from_trigger": True, "payload": p.to_event()} for p in [look[0], other]] + [{"note": "by hand"}, None]
+    chosen = run_files(request, extras, [{"payload": look[1].to_event()}])
+    assert queue_of(chosen) == QueueDepth(events=4, watcher_events=1, waiting_events=1, files=4, pending=1)
+    whole = run_files(request, [{"payload": p.to_event()} for p in look])  # the whole look: nothing to come
+    assert queue_of(whole) == QueueDepth(events=3, watcher_events=3, files=5, pending=0)
+    assert queue_of(run_files(request, [])) is None  # no event triggered the run
 
 
 def test_the_standing_of_a_selection_leaves_out_the_loaded_files() -> None:

@@ -19,7 +19,8 @@ PAGE = (ROOT / "docs" / "lag.md").read_text()
 FULL = Freshness(lag_s=7.9, lag_left_s=0.0, unloaded_files=12, loaded_files=12, pending_files=0, pending_bytes=0,
                  pending_held=0, pending_changed=0, pending_later=0,
                  latency=Latency(files=12, p50_s=2.0, p95_s=3.0, max_s=3.5),
-                 queue_depth=QueueDepth(events=3, watcher_events=3, files=12, pending=0), clock="server")
+                 queue_depth=QueueDepth(events=3, watcher_events=3, waiting_events=0, files=12, pending=0),
+                 clock="server")
 
 
 @pytest.mark.parametrize("field", [*Freshness.model_fields, *Latency.model_fields, *QueueDepth.model_fields])
