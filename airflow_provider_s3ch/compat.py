@@ -26,7 +26,9 @@ from airflow.providers.common.compat.sdk import (
     BaseSensorOperator,
     Context,
     PokeReturnValue,
+    Stats,
     conf,
+    get_current_context,
     mask_secret,
 )
 from airflow.providers.common.compat.triggers import BaseEventTrigger
@@ -127,7 +129,9 @@ __all__ = [
     "CronTriggerTimetable",
     "PokeReturnValue",
     "SharedStreamProducer",
+    "Stats",
     "conf",
+    "get_current_context",
     "mask_secret",
 ]
 

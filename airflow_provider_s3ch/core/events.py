@@ -22,7 +22,8 @@ Pure: no I/O.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import unquote_plus
@@ -161,6 +162,27 @@ def union(events: Iterable[EventPayload]) -> list[EventFile]:
             if known is None or (f.last_modified, f.etag) > (known.last_modified, known.etag):
                 latest[f.key] = f
     return [latest[key] for key in sorted(latest)]
+
+
+def events_pending(events: Sequence[EventPayload]) -> int:
+    """The files the events' watchers found and hand on in events that are not among ``events``.
+
+    A watcher cuts what one look found into events of bounded size, each saying how many files follow it
+    (``pending``). An event's ``pending`` counts unless a later one of ``events`` continues it (its own ``pending``
+    plus its files make the earlier one's ``pending``): then the later event says what is still to come.
+
+    :param events: the run's events, in the order they were stored.
+    """
+    total = 0
+    continues: Counter[tuple[str, bool, int]] = Counter()
+    for event in reversed(events):
+        signature = (event.bucket, event.full_listing, event.pending)
+        if event.pending and continues[signature]:
+            continues[signature] -= 1
+        else:
+            total += event.pending
+        continues[(event.bucket, event.full_listing, event.pending + len(event.files))] += 1
+    return total
 
 
 def event_payloads(extras: Iterable[Mapping[str, Any] | None], bucket: str) -> list[EventPayload]:
@@ -302,7 +324,7 @@ def run_files(request: LoadRequest, extras: Iterable[Mapping[str, Any] | None],
             f"{request.s3_uri}"))
     later = event_payloads(waiting, request.bucket)
     files = union([*found, *later])
-    pending = sum(p.pending for p in [*found, *later])
+    pending = events_pending([*found, *later])
     return RunFiles(files=files, events=len(extras), watcher_events=len(found), pending=pending,
                     waiting_events=len(later), note=(
         f"{len(extras)} asset event(s), {len(found)} of them from an S3 watcher of bucket {request.bucket}"

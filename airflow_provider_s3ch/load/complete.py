@@ -9,6 +9,7 @@ they need and runs them.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -78,9 +79,10 @@ class Completion:
         moved = (self.finalize(one.steps, inserted_now=inserted.inserted_now, known=known, mark=FilledMark(
             stem=one.steps.stem, query_id=inserted.query_id, figures=metrics.model_dump(mode="json")))
             if one.steps.stem is not None else [])
+        published = time.monotonic()  # the rows are visible in the target
         if ledger is not None and known is not None:  # the partitions are in the target
             ledger.ledger.loaded(metrics, ledger.chunk, [pid for pid, _ in known.partitions])
-        return one.done(metrics, moved, rebuilt=known.rebuilt if known is not None else None)
+        return one.done(metrics, moved, rebuilt=known.rebuilt if known is not None else None, published=published)
 
     def finalize(self, steps: LoadSteps, *, inserted_now: bool, mark: FilledMark,
                  known: StagingRead | None = None) -> list[str]:

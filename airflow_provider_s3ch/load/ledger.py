@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from airflow_provider_s3ch.core.freshness import Freshness, Standing, standing
 from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
 from airflow_provider_s3ch.core.ledger import (
     DEFAULT_CLAIM_TIMEOUT,
@@ -377,12 +378,17 @@ class LedgerRun:
         return summary(self.ledger, self.selection.model_copy(update={"files": self.files}), load_id=self.own,
                        lost=self.lost, committed=self.recovered, claim_timeout=self.claim_timeout)
 
-    def nothing_new(self, wall_ms: int) -> LoadReport:
+    def standing(self) -> Standing:
+        """What the ledger says of the listed files now (the run's freshness)."""
+        return standing(self.listed(), self.selection, self.lost)
+
+    def nothing_new(self, wall_ms: int, freshness: Freshness | None = None) -> LoadReport:
         """The report of a run without a new file: zero rows; the skip signal under ``skip_when_empty``."""
         if self.request.skip_when_empty and not self.request.dry_run:
             raise NothingNew(f"no new file for {self.target} (skip_when_empty=True)")
         self.log.info("No new file for %s: nothing to load", self.target)
-        return nothing_new_report(self.target, self.request.mode, wall_ms, self.summary(), dry_run=self.request.dry_run)
+        return nothing_new_report(self.target, self.request.mode, wall_ms, self.summary(), dry_run=self.request.dry_run,
+                                  freshness=freshness)
 
     def _log(self) -> None:
         self.log.info("Ledger %s: %s", self.ledger, summary_line(self.summary()))

@@ -12,6 +12,7 @@ from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from airflow_provider_s3ch.core.freshness import Freshness
 from airflow_provider_s3ch.core.ledger_rebuild import RebuiltPartition
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE
 from airflow_provider_s3ch.core.metrics import peak_ratio, summary
@@ -80,6 +81,8 @@ class LoadReport(BaseModel):
     memory_attempts: list[dict[str, Any]] | None = None
     chunks: list[Any] | None = None
     ledger: dict[str, Any] | None = None
+    #: A ledger load: how far behind the table was at its start and is at its end (docs/lag.md).
+    freshness: Freshness | None = None
     # a dry run
     dry_run: bool | None = None
     sql: str | None = None
@@ -115,11 +118,13 @@ class Loaded:
     partitions: list[str] = field(default_factory=list)
     #: ``replace_partitions`` with the ledger: each partition replaced and the files it was rebuilt from.
     rebuilt: list[RebuiltPartition] | None = None
+    #: When its rows became visible in the target (``time.monotonic()`` right after the publish), once complete.
+    published: float | None = None
 
     def done(self, metrics: LoadMetrics, partitions: list[str],
-             rebuilt: list[RebuiltPartition] | None = None) -> Loaded:
+             rebuilt: list[RebuiltPartition] | None = None, published: float | None = None) -> Loaded:
         """The insert, complete."""
-        return replace(self, metrics=metrics, partitions=partitions, rebuilt=rebuilt)
+        return replace(self, metrics=metrics, partitions=partitions, rebuilt=rebuilt, published=published)
 
     def figures(self) -> dict[str, Any]:
         """The chunk's entry in the XCom's ``chunks``."""
@@ -138,6 +143,7 @@ class LoadEnd(NamedTuple):
     :param objects: the files the load read (None: listed again, when a deferred load had too many to carry).
     :param ledger: the XCom's ``ledger`` entry of a ledger load.
     :param chunked: the ledger cut the load into chunks.
+    :param freshness: a ledger load's freshness figures (the XCom's ``freshness``).
     :param rest: what the time outside the measured phases is: ``other`` (clients, logging), or for a deferred
         load ``deferred`` (the triggerer followed the insert).
     """
@@ -147,6 +153,7 @@ class LoadEnd(NamedTuple):
     ledger: dict[str, Any] | None = None
     chunked: bool = False
     rest: str = "other"
+    freshness: Freshness | None = None
 
 
 def build_report(loads: list[Loaded], metrics: LoadMetrics, partitions: list[str], end: LoadEnd, *, wall_ms: int,
@@ -176,6 +183,8 @@ def build_report(loads: list[Loaded], metrics: LoadMetrics, partitions: list[str
         result.update(files=len(files), bytes=sum(o.size for o in files), chunks=[one.figures() for one in loads])
     if end.ledger is not None:
         result["ledger"] = end.ledger
+    if end.freshness is not None:
+        result["freshness"] = end.freshness
     rebuilt = [one.rebuilt for one in loads if one.rebuilt is not None]
     if rebuilt:
         result["rebuilt"] = [p.model_dump(mode="json") for one in rebuilt for p in one]
@@ -200,12 +209,14 @@ def dry_run_report(query_id: str, sql: str, plan: LoadPlan, steps: LoadSteps, ta
                       **({"ledger": ledger} if ledger is not None else {}))
 
 
-def nothing_new_report(table: str, mode: str, wall_ms: int, ledger: dict[str, Any], *, dry_run: bool) -> LoadReport:
+def nothing_new_report(table: str, mode: str, wall_ms: int, ledger: dict[str, Any], *, dry_run: bool,
+                       freshness: Freshness | None = None) -> LoadReport:
     """A ledger run without a new file: zero rows, and the ledger's entry (what it skipped, and why)."""
     return LoadReport(kind="nothing_new", query_id=None, table=table, dry_run=dry_run, files=0, bytes=0,
                       written_rows=0, written_bytes=0,
                       read_rows=0, read_bytes=0, duration_ms=0, wall_ms=wall_ms, mode=mode, attached_to=None,
-                      partitions=[], warnings=[], ledger=ledger)
+                      partitions=[], warnings=[], ledger=ledger,
+                      **({"freshness": freshness} if freshness is not None else {}))
 
 
 class DeferLoad(Exception):

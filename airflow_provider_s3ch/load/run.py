@@ -28,6 +28,7 @@ from airflow_provider_s3ch.core.access import with_hint
 from airflow_provider_s3ch.core.deferral import DeferredLoad
 from airflow_provider_s3ch.core.errors import NothingMatchedError
 from airflow_provider_s3ch.core.formats import detect_format
+from airflow_provider_s3ch.core.freshness import QueueDepth
 from airflow_provider_s3ch.core.history import Learned, learn
 from airflow_provider_s3ch.core.ledger import Chunk
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE
@@ -45,6 +46,7 @@ from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.s3 import build_manifest
 from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
 from airflow_provider_s3ch.load.complete import Completion, Inserted, LedgerChunk, lineage_facts, load_report
+from airflow_provider_s3ch.load.freshness import Watch
 from airflow_provider_s3ch.load.insert import Inserter, PlannedInsert
 from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.load.report import Loaded, LoadEnd, LoadReport, NothingNew, dry_run_report, log_plan
@@ -75,6 +77,7 @@ class RunParts:
     :param clickhouse: the ClickHouse hook (closed by the run).
     :param s3: the S3 side: the client, the credentials the statements carry, the endpoint.
     :param listing: the manifest of the files to load (:func:`~airflow_provider_s3ch.hooks.s3.build_manifest`).
+    :param queue: a run from events: the events it took (``core.freshness.queue_of``), for its ``freshness``.
 
     The phases that talk to the servers, each made with the hook: the ``target`` phase (:class:`~.target.Target`),
     the file ledger of a load with ``skip_loaded`` (:class:`~.ledger.LedgerRun`), the inserts
@@ -88,6 +91,7 @@ class RunParts:
     ledger: Callable[..., LedgerRun] = LedgerRun
     inserter: Callable[..., Inserter] = Inserter
     completion: Callable[..., Completion] = Completion
+    queue: QueueDepth | None = None
 
     @classmethod
     def connections(cls, clickhouse_conn_id: str, aws_conn_id: str | None) -> RunParts:
@@ -232,6 +236,7 @@ class LoadRun:
     def _chunks(self, this: Try, target: Target, ledger: LedgerRun) -> LoadReport:
         with self._phase("ledger"):
             chunks = ledger.prepare(this.listed.manifest, this.listed.url)
+        watch = Watch(ledger, self.parts.queue, self.log) if not self.request.dry_run else None
         loads: list[Loaded] = []
         for chunk in chunks:
             with self._phase("ledger"):
@@ -246,11 +251,12 @@ class LoadRun:
                 return self._dry_run(planned, ledger).model_copy(update={"chunks": [
                     c.describe() for c in chunks if c.number != WHOLE_FILE]})
             loads.append(self._insert(this, planned, LedgerChunk(ledger, begun.chunk, this.source)))
+        fresh = watch.end(this.hook, loads) if watch is not None else None
         if not loads:
-            return ledger.nothing_new(_ms_since(this.started)())
-        return self._complete(this.hook, loads, LoadEnd(
-            columns=self._columns, objects=[o for one in loads for o in one.files or []],
-            ledger=ledger.summary(), chunked=bool(ledger.selection.chunks)), clock=_ms_since(this.started))
+            return ledger.nothing_new(_ms_since(this.started)(), fresh)
+        return self._complete(this.hook, loads, LoadEnd(columns=self._columns, objects=[
+            o for one in loads for o in one.files or []], ledger=ledger.summary(),
+            chunked=bool(ledger.selection.chunks), freshness=fresh), clock=_ms_since(this.started))
 
     # ------------------------------------------------------------------ one insert
     def _plan(self, this: Try, target: Target, listed: Listed, query_id: QueryId, *, ledger: LedgerRun | None = None,

@@ -22,6 +22,7 @@ from airflow_provider_s3ch.core.events import (
     default_on_changed,
     run_files,
 )
+from airflow_provider_s3ch.core.freshness import queue_of
 from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT
 from airflow_provider_s3ch.core.ledger_request import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import outlet_extra
@@ -264,7 +265,8 @@ class S3ToClickHouseOperator(BaseOperator):
         self.log.info("%s", chosen.note)
         if chosen.files is None:
             return parts
-        return dataclasses.replace(parts, listing=functools.partial(manifest_of_files, files=chosen.files))
+        return dataclasses.replace(parts, listing=functools.partial(manifest_of_files, files=chosen.files),
+                                   queue=queue_of(chosen))
 
     # ------------------------------------------------------------------ how Airflow runs it
     def execute(self, context: Context) -> dict[str, Any]:

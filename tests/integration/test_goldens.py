@@ -83,6 +83,8 @@ VARIES = frozenset({
     "admission_wait_ms", "started_at", "deadline", "elapsed", "query_duration_ms",
     # a later load's scale is an earlier load's measured / predicted peak: a figure of the moment too
     "memory_scale", "predicted_memory_usage",
+    # a ledger load's freshness: seconds from the files' LastModified to the moment
+    "lag_s", "lag_left_s", "p50_s", "p95_s", "max_s",
 })
 VARIES_TEXT = "<varies>"
 

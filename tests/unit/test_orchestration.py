@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from airflow_provider_s3ch.core.errors import NothingMatchedError
+from airflow_provider_s3ch.core.freshness import Standing
 from airflow_provider_s3ch.core.ledger import Chunk, ChunkStart
 from airflow_provider_s3ch.core.ledger_rows import unit_id
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadRequest, Manifest, S3Object
@@ -137,7 +138,10 @@ class World:
             def summary(self) -> dict[str, Any]:
                 return {"table": "default._s3ch_ledger", "new": len(world.files)}
 
-            def nothing_new(self, wall_ms: int) -> Any:
+            def standing(self) -> Standing:
+                return Standing(list(world.files), [], [])
+
+            def nothing_new(self, wall_ms: int, freshness: Any = None) -> Any:
                 world.calls.append("nothing new")
                 if self.request.skip_when_empty:
                     raise NothingNew("no new file")
