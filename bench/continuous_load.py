@@ -35,12 +35,19 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote_plus
 
 from airflow_provider_s3ch.compat import AIRFLOW_VERSION
 from airflow_provider_s3ch.core.history import TAG_PREFIX
 from airflow_provider_s3ch.local import LocalStack
-from airflow_provider_s3ch.local.live import LiveOptions, Tracker, count_runs_and_inserts, settle, start_airflow
+from airflow_provider_s3ch.local.live import (
+    STRUCTURE,
+    LiveOptions,
+    Tracker,
+    count_runs_and_inserts,
+    settle,
+    start_airflow,
+)
+from airflow_provider_s3ch.local.stack import s3_notification
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "continuous_load.json"
@@ -125,15 +132,6 @@ def batching(args: argparse.Namespace) -> dict[str, Any]:
             **once, "goals": {"inserts": 15, "runs": 10}}
 
 
-def notification(bucket: str, key: str, size: int, etag: str, when: datetime) -> str:
-    """An S3 event notification of one created object, as S3 (and moto's server) send it to SQS."""
-    return json.dumps({"Records": [{
-        "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": "eu-west-3",
-        "eventTime": when.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z", "eventName": "ObjectCreated:Put",
-        "s3": {"s3SchemaVersion": "1.0", "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
-               "object": {"key": quote_plus(key), "size": size, "eTag": etag, "sequencer": "0"}}}]})
-
-
 def bad_notifications(args: argparse.Namespace) -> dict[str, Any]:
     rows, rng = args.rows_per_file, random.Random(args.seed)
     options = LiveOptions(dag_file=DAG_FILE, bucket="s3ch-bench-badnotes", table="default.continuous_badnotes",
@@ -152,7 +150,7 @@ def bad_notifications(args: argparse.Namespace) -> dict[str, Any]:
                 tracker.put(n)
                 key = f"{options.prefix}f-{n:06d}.csv"
                 head = s3.head_object(Bucket=options.bucket, Key=key)
-                body = notification(options.bucket, key, head["ContentLength"], head["ETag"].strip('"'),
+                body = s3_notification(options.bucket, key, head["ContentLength"], head["ETag"].strip('"'),
                                     datetime.now(UTC))
                 if rng.random() < 0.10:
                     dropped.append(n)
@@ -184,8 +182,6 @@ def bad_notifications(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _create(stack: LocalStack, options: LiveOptions) -> None:
-    from airflow_provider_s3ch.local.live import STRUCTURE
-
     stack.clickhouse_client().execute(
         f"CREATE TABLE IF NOT EXISTS {options.table} ({STRUCTURE}) ENGINE = MergeTree ORDER BY (file, id)")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import datetime
 import functools
 import json
 import os
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -68,6 +70,18 @@ def _die_with_parent(parent: int, mask: set[signal.Signals]) -> None:  # pragma:
     signal.pthread_sigmask(signal.SIG_SETMASK, mask)
     if os.getppid() != parent:  # the parent died before PR_SET_PDEATHSIG took effect
         os._exit(1)
+
+
+def s3_notification(bucket: str, key: str, size: int, etag: str, when: datetime.datetime,
+                    region: str = DEFAULT_REGION) -> str:
+    """The body of an S3 event notification of one created object, as S3 (and the local server) sends it to SQS:
+    for a test or a benchmark that sends notifications itself (dropped, repeated, late)."""
+    return json.dumps({"Records": [{
+        "eventVersion": "2.1", "eventSource": "aws:s3", "awsRegion": region,
+        "eventTime": when.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z",
+        "eventName": "ObjectCreated:Put",
+        "s3": {"s3SchemaVersion": "1.0", "bucket": {"name": bucket, "arn": f"arn:aws:s3:::{bucket}"},
+               "object": {"key": urllib.parse.quote_plus(key), "size": size, "eTag": etag, "sequencer": "0"}}}]})
 
 
 @dataclass

@@ -6,6 +6,7 @@ database, one set of processes), each with its own DAG, bucket and table."""
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from packaging.version import Version
 
 from airflow_provider_s3ch.compat import AIRFLOW
 from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.local.stack import s3_notification
 from tests.integration.faults import fingerprint
 from tests.scheduler.support import Airflow, wait_for
 
@@ -23,6 +25,7 @@ BUCKET = "s3ch-events-live"
 PREFIX = "landing/"
 TABLE = "default.events_live"
 SQS_DAG_ID, SQS_BUCKET, SQS_TABLE = "s3ch_events_sqs", "s3ch-events-sqs", "default.events_sqs"
+BAD_DAG_ID, BAD_BUCKET, BAD_TABLE, BAD_MAX_FILES = "s3ch_events_bad", "s3ch-events-bad", "default.events_bad", 8
 STRUCTURE = "file UInt16, id UInt32, v String"
 ROWS = 200
 
@@ -34,6 +37,7 @@ def stack() -> Iterator[LocalStack]:
     with LocalStack(nodes=1, region="eu-west-3") as s:
         s.create_bucket(BUCKET)
         s.create_bucket(SQS_BUCKET)
+        s.create_bucket(BAD_BUCKET)
         yield s
 
 
@@ -42,13 +46,16 @@ def airflow(stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Iter
     """One Airflow for the module's tests: both DAGs, their watchers in one triggerer."""
     home = tmp_path_factory.mktemp("airflow")
     ch = stack.clickhouse_client()
-    for table in (TABLE, SQS_TABLE):
+    for table in (TABLE, SQS_TABLE, BAD_TABLE):
         ch.execute(f"CREATE TABLE {table} ({STRUCTURE}) ENGINE = MergeTree ORDER BY id")
     queue = stack.notify_queue(SQS_BUCKET, "s3ch-events-sqs", prefix=PREFIX)
+    bad_queue = stack.sqs_client().create_queue(QueueName="s3ch-events-bad")["QueueUrl"]  # no bucket sends to it
     running = Airflow(home, stack, {
         "S3CH_TEST_EVENTS_URI": f"s3://{BUCKET}/{PREFIX}*.csv", "S3CH_TEST_EVENTS_TABLE": TABLE,
         "S3CH_TEST_SQS_URI": f"s3://{SQS_BUCKET}/{PREFIX}*.csv", "S3CH_TEST_SQS_TABLE": SQS_TABLE,
         "S3CH_TEST_SQS_QUEUE": queue, "S3CH_TEST_SQS_HOLD": str(home / "hold"),
+        "S3CH_TEST_BAD_URI": f"s3://{BAD_BUCKET}/{PREFIX}*.csv", "S3CH_TEST_BAD_TABLE": BAD_TABLE,
+        "S3CH_TEST_BAD_QUEUE": bad_queue, "S3CH_TEST_BAD_MAX_FILES": str(BAD_MAX_FILES),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
     })
     migrated = running.run("db", "migrate")
@@ -153,3 +160,41 @@ def test_a_run_takes_the_events_stored_while_it_waited(stack: LocalStack, airflo
     ch = stack.clickhouse_client()
     assert ch.execute(f"SELECT file, count() FROM {SQS_TABLE} GROUP BY file ORDER BY file") == [
         (n, ROWS) for n in (1, 2, 3, 4)]
+
+
+def test_dropped_and_repeated_notifications_load_every_file_once_in_bounded_inserts(
+        stack: LocalStack, airflow: Airflow) -> None:
+    """40 files; their notifications sent by the test as S3 would, one in ten dropped (seeded) and every other one
+    sent twice, some of the copies late: the listing watcher finds the dropped files, the ledger loads each file
+    once, and no insert reads more than ``max_files_per_load`` files."""
+    rng, s3, sqs = random.Random(43), stack.s3_client(), stack.sqs_client()
+    queue = airflow.env["S3CH_TEST_BAD_QUEUE"]
+    dropped, late = [], []
+    for n in range(1, 41):
+        put(stack, n, bucket=BAD_BUCKET)
+        key = f"{PREFIX}f-{n:02d}.csv"
+        head = s3.head_object(Bucket=BAD_BUCKET, Key=key)
+        body = s3_notification(BAD_BUCKET, key, head["ContentLength"], head["ETag"].strip('"'), head["LastModified"])
+        if rng.random() < 0.1:
+            dropped.append(n)
+            continue
+        sqs.send_message(QueueUrl=queue, MessageBody=body)
+        if n % 2 == 0:
+            (late if n % 4 == 0 else [body]).append(body)
+            sqs.send_message(QueueUrl=queue, MessageBody=body) if n % 4 else None
+    assert dropped, "the seed drops some notifications"
+    for body in late:  # the late copies, after the files' first loads
+        sqs.send_message(QueueUrl=queue, MessageBody=body)
+    wait_for("every file's rows", lambda: fingerprint(stack, BAD_TABLE)[0] == 40 * ROWS, 240, airflow, 0.5)
+    wait_for("the runs to end", lambda: not airflow.db(
+        "SELECT 1 FROM dag_run WHERE dag_id = ? AND state NOT IN ('success', 'failed')", BAD_DAG_ID), 120, airflow)
+    ch = stack.clickhouse_client()
+    assert ch.execute(f"SELECT file, count() FROM {BAD_TABLE} GROUP BY file ORDER BY file") == [
+        (n, ROWS) for n in range(1, 41)]
+    loaded = ch.execute("SELECT key, etag, countIf(state = 'loaded') FROM default._s3ch_ledger FINAL WHERE table = "
+                        "%(t)s GROUP BY key, etag", {"t": BAD_TABLE})
+    assert len(loaded) == 40 and all(n == 1 for *_, n in loaded), loaded
+    ch.execute("SYSTEM FLUSH LOGS")
+    reads = ch.execute("SELECT read_rows FROM system.query_log WHERE type = 'QueryFinish' AND query_kind = 'Insert' "
+                       "AND query LIKE '%%FROM s3(%%' AND query LIKE %(t)s", {"t": f"%{BAD_BUCKET}%"})
+    assert reads and all(rows <= BAD_MAX_FILES * ROWS for (rows,) in reads), reads
