@@ -4,8 +4,7 @@
 ``target``   the profile and plan for the target; the table created, evolved and checked (:mod:`.target`)
 ``ledger``   with ``skip_loaded``: the files no load recorded, claimed, in chunks (:mod:`.ledger`)
 ``resume``   the earlier tries looked at: wait for one that runs, attach to one that finished (:mod:`.resume`)
-``insert``   the staging table made ready; the insert within the memory cap, stepping down; or started over
-             HTTP, and the deferral signalled (:mod:`.insert`)
+``insert``   the staging table made ready; the insert within the memory cap, stepping down, or deferred (:mod:`.insert`)
 ``complete`` the figures from ``system.query_log``, the staging table brought in, the ledger marks, the
              lineage facts and the typed report (:mod:`.complete`, :mod:`.report`)
 
@@ -64,6 +63,7 @@ class RunOptions:
     defers: bool
     earlier_try_timeout: float
     claim_timeout: float
+    claim_heartbeat: float
     learn_from_history: bool
 
 
@@ -222,26 +222,32 @@ class LoadRun:
         staging table, committed in order (docs/ledger.md); the claims given back when nothing of the load can
         still land."""
         ledger = self.parts.ledger(this.hook, self.request, this.query_id, claim_timeout=self.options.claim_timeout,
-                                   log=self.log)
+                                   heartbeat=self.options.claim_heartbeat, log=self.log)
         try:
             return self._chunks(this, target, ledger)
         except BaseException:
             ledger.abandon()
             raise
+        finally:
+            ledger.beat.stop()
 
     def _chunks(self, this: Try, target: Target, ledger: LedgerRun) -> LoadReport:
         with self._phase("ledger"):
             chunks = ledger.prepare(this.listed.manifest, this.listed.url)
         loads: list[Loaded] = []
         for chunk in chunks:
-            with self._phase("ledger"):
-                begun = ledger.begin(chunk)
-            if begun is None:  # every file of it was taken by another load while this one renewed its claims
+            planned = None
+            while planned is None or not ledger.beat.fresh():  # the heartbeat lapsed while planning: begin renews
+                with self._phase("ledger"):
+                    begun = ledger.begin(chunk)
+                if begun is None:  # every file of it was taken by another load while this one renewed its claims
+                    break
+                if begun.chunk.number != WHOLE_FILE:
+                    self.log.info("Chunk%s", begun.chunk.describe().removeprefix("chunk"))
+                planned = self._plan(this, target, this.listed._replace(manifest=begun.manifest, url=begun.url),
+                                     ledger.query_id_of(begun.chunk), ledger=ledger, chunk=begun.chunk)
+            if begun is None:
                 continue
-            if begun.chunk.number != WHOLE_FILE:
-                self.log.info("Chunk%s", begun.chunk.describe().removeprefix("chunk"))
-            planned = self._plan(this, target, this.listed._replace(manifest=begun.manifest, url=begun.url),
-                                 ledger.query_id_of(begun.chunk), ledger=ledger, chunk=begun.chunk)
             if self.request.dry_run:  # the first chunk's plan
                 return self._dry_run(planned, ledger).model_copy(update={"chunks": [
                     c.describe() for c in chunks if c.number != WHOLE_FILE]})

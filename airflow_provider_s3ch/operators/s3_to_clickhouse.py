@@ -15,7 +15,7 @@ from typing import Any
 
 from airflow_provider_s3ch.compat import AirflowSkipException, Asset, BaseAsset, BaseOperator, Context, conf
 from airflow_provider_s3ch.core.events import EventFile, event_payloads, union
-from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT
+from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_HEARTBEAT, DEFAULT_CLAIM_TIMEOUT
 from airflow_provider_s3ch.core.ledger_request import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import outlet_extra
 from airflow_provider_s3ch.core.models import LoadRequest
@@ -82,7 +82,11 @@ class S3ToClickHouseOperator(BaseOperator):
         (templated)
     :param ledger_table: with ``skip_loaded``: the ledger; default ``<target database>._s3ch_ledger``. (templated)
     :param skip_when_empty: a run with nothing to load (no match; with ``skip_loaded``, no new file) is skipped.
-    :param claim_timeout: with ``skip_loaded``: seconds a claim holds while its load runs no query (1 h).
+    :param claim_timeout: with ``skip_loaded``: the most seconds a claim holds while its load runs no query and
+        has no staging table (1 h); a load that writes heartbeats loses it sooner once they stop.
+    :param claim_heartbeat: with ``skip_loaded``: seconds between the heartbeats a load writes while it holds
+        claims (5); its claims go stale 4 heartbeats after its last one, so a dead worker's files are free in
+        seconds.
     :param max_files_per_load: with ``skip_loaded``: the most files one insert reads (chunks). (templated)
     :param max_bytes_per_load: with ``skip_loaded``: the most bytes one insert reads. (templated)
     :param learn_from_history: calibrate the plan with the target's earlier loads of the same files
@@ -160,6 +164,7 @@ class S3ToClickHouseOperator(BaseOperator):
         ledger_table: str | None = None,
         skip_when_empty: bool = False,
         claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
+        claim_heartbeat: float = DEFAULT_CLAIM_HEARTBEAT,
         max_files_per_load: int | str | None = None,
         max_bytes_per_load: int | str | None = None,
         learn_from_history: bool = True,
@@ -206,6 +211,7 @@ class S3ToClickHouseOperator(BaseOperator):
         self.ledger_table = ledger_table
         self.skip_when_empty = skip_when_empty
         self.claim_timeout = claim_timeout
+        self.claim_heartbeat = claim_heartbeat
         self.max_files_per_load = max_files_per_load
         self.max_bytes_per_load = max_bytes_per_load
         self.learn_from_history = learn_from_history
@@ -279,6 +285,7 @@ class S3ToClickHouseOperator(BaseOperator):
             self.log.warning("deferrable=True with skip_loaded=True: the load runs in its worker slot, not deferred")
         return RunOptions(table_spec=self.table_spec(request), defers=bool(self.deferrable and not self.skip_loaded),
                           earlier_try_timeout=self.earlier_try_timeout, claim_timeout=self.claim_timeout,
+                          claim_heartbeat=self.claim_heartbeat,
                           learn_from_history=self.learn_from_history)
 
     def run_parts(self, context: Context | None = None, request: LoadRequest | None = None) -> RunParts:
