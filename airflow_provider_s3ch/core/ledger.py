@@ -34,11 +34,17 @@ keeps the files where its claim is the earliest live one (:func:`confirm`). "Ear
 which they become visible, so a load that does not see another's claim when it reads again holds the
 smaller number, and the other load sees its claim and gives the file up.
 
-A claim is live while its load runs a query, while its staging table exists, or for ``claim_timeout``
-seconds after it was written (the time between the claim and the insert: planning, the schema check).
-After that, a claim whose load runs nothing and left no staging table is ``stale``: another load may
-take the file. The load itself keeps using its claims only for half that time; after it, a retry
-claims afresh, so that a load never inserts a file that another load could already take as stale.
+A claim is live while its load runs a query or its staging table exists. Between the claim and the insert
+(planning, the schema check), between chunks and while it publishes, a load proves it is alive: it writes a
+heartbeat (a row of the ledger's heartbeat table, ``<ledger>_heartbeat``, stamped by the server's clock)
+before its claims and then every ``claim_heartbeat`` seconds; a beat vouches for the load's claims for
+:data:`HEARTBEAT_WINDOW_BEATS` intervals (its window, stored with it). A claim whose load runs nothing, has
+no staging table and whose last sign of life (the claim itself or the last beat) is older than the window
+is ``stale``: another load may take the file, seconds after its load died. ``claim_timeout`` bounds a claim
+in any case, and alone holds the claims of a load that writes no heartbeat (an older version's). The load
+itself counts on half of either limit: when its beats lapsed for half the window (a stall, a slow server),
+or its claims are half ``claim_timeout`` old, it claims its files again and keeps only those no other load
+took before it inserts them, so that it never inserts a file another load could already take as stale.
 
 This module selects and claims the files, cuts them into chunks and names what the insert reads. A row and
 what it means are :mod:`airflow_provider_s3ch.core.ledger_rows`'s, the table's SQL
@@ -69,8 +75,16 @@ from airflow_provider_s3ch.core.models import Manifest, S3Object, TableRef
 from airflow_provider_s3ch.core.recovery import Resume
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 
-#: How long a claim stays live without a query or a staging table of its load (seconds).
+#: How long a claim stays live at most without a query or a staging table of its load (seconds).
 DEFAULT_CLAIM_TIMEOUT = 3600.0
+
+#: Seconds between two heartbeats of a load that holds claims (``claim_heartbeat``): one small insert per
+#: load every few seconds costs the server little, and a dead load's claims are free after a few of them.
+DEFAULT_CLAIM_HEARTBEAT = 5.0
+
+#: A heartbeat vouches for its load's claims this many intervals (its window): a slow server or a pause of
+#: the worker may delay a beat or two without the claims going stale; the load itself counts on half of it.
+HEARTBEAT_WINDOW_BEATS = 4
 
 #: How many keys each list in the XCom's ``ledger`` entry shows (the counts are always whole).
 KEYS_SHOWN = 20

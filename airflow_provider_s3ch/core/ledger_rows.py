@@ -8,7 +8,7 @@ from collections.abc import Collection, Iterable
 from datetime import datetime
 from typing import Literal, NamedTuple
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.models import S3Object
@@ -96,21 +96,31 @@ def version_of(obj: S3Object) -> FileVersion:
     return FileVersion(obj.key, obj.etag or "")
 
 
+class Heartbeat(NamedTuple):
+    """A load's last heartbeat, as the server read it: seconds since it was written (by the server's clock), and
+    the seconds it vouches for the load's claims (the writer's window)."""
+
+    age_s: float
+    window_s: float
+
+
 class LoadActivity(BaseModel):
     """What the server says of the loads the rows name: which units' staging tables exist (:func:`unit_id`),
-    which loads run a query (of any of their chunks)."""
+    which loads run a query (of any of their chunks), and the last heartbeat of each load that wrote one."""
 
     staging: frozenset[str] = frozenset()
     running: frozenset[str] = frozenset()
+    heartbeats: dict[str, Heartbeat] = Field(default_factory=dict)
 
     def busy(self, load_id: str) -> bool:
         """Whether a load runs a query or has a staging table, of any chunk."""
         return load_id in self.running or any(u.startswith(load_id) for u in self.staging)
 
 
-def activity(staging_tables: Iterable[str], running: Iterable[str], loads: Collection[str]) -> LoadActivity:
-    """The server's facts about ``loads``, from the staging tables' names and the running queries' ids it listed
-    (other loads' and other queries' left out)."""
+def activity(staging_tables: Iterable[str], running: Iterable[str], loads: Collection[str],
+             heartbeats: Iterable[tuple[str, float, float]] = ()) -> LoadActivity:
+    """The server's facts about ``loads``, from the staging tables' names, the running queries' ids and the
+    heartbeats (load id, age, window) it listed (other loads' and other queries' left out)."""
     units = {name[len(STAGING_PREFIX):] for name in staging_tables}
     busy = set()
     for text in running:
@@ -119,7 +129,8 @@ def activity(staging_tables: Iterable[str], running: Iterable[str], loads: Colle
         except InvalidRequestError:  # another query id with the same prefix
             continue
     return LoadActivity(staging=frozenset(u for u in units if load_of(u) in loads),
-                        running=frozenset(busy & set(loads)))
+                        running=frozenset(busy & set(loads)),
+                        heartbeats={load: Heartbeat(age, window) for load, age, window in heartbeats if load in loads})
 
 
 def row_status(row: LedgerRow, facts: LoadActivity, *, own: str, claim_timeout: float) -> Status:
@@ -128,13 +139,16 @@ def row_status(row: LedgerRow, facts: LoadActivity, *, own: str, claim_timeout: 
     - ``loaded``: the file version is in the target; ``released``: the load gave it up.
     - ``pending``: ``in_flight`` while the load's staging table exists (its retry finishes it);
       ``committed`` once it is gone (the staging table is dropped only after its last partition moved).
-    - ``claimed``: ``live`` while the load runs a query or has a staging table, or until the claim is
-      ``claim_timeout`` seconds old (half of it for the load's own claims); then ``stale``.
+    - ``claimed``: ``live`` while the load runs a query or has a staging table; otherwise while the claim is
+      younger than ``claim_timeout`` and, for a load that writes heartbeats, its last sign of life (the
+      claim or its last heartbeat, whichever is younger) is younger than the heartbeat's window; then
+      ``stale``. A load that never wrote a heartbeat (a ledger written by an older version) is held by
+      ``claim_timeout`` alone. The load's own claims count for half of either limit.
 
     :param row: the row.
     :param facts: the server's facts about the loads.
     :param own: this load's id.
-    :param claim_timeout: seconds a claim stays live on its own.
+    :param claim_timeout: seconds a claim stays live at most without a query or a staging table.
     """
     if row.state in ("loaded", "released"):
         return row.state
@@ -142,5 +156,10 @@ def row_status(row: LedgerRow, facts: LoadActivity, *, own: str, claim_timeout: 
         return "in_flight" if row.unit in facts.staging else "committed"
     if facts.busy(row.load_id):
         return "live"
-    limit = claim_timeout / 2 if row.load_id == own else claim_timeout
-    return "live" if row.age_s < limit else "stale"
+    share = 0.5 if row.load_id == own else 1.0
+    if row.age_s >= claim_timeout * share:
+        return "stale"
+    beat = facts.heartbeats.get(row.load_id)
+    if beat is None:
+        return "live"
+    return "live" if min(row.age_s, beat.age_s) < beat.window_s * share else "stale"

@@ -45,6 +45,42 @@ SETTINGS enable_block_number_column = 1
 COMMENT 's3ch file ledger: one row per file version, chunk and load (docs/ledger.md)'"""
 
 
+#: The heartbeat table's name: the ledger's and this suffix, in the ledger's database.
+HEARTBEAT_SUFFIX = "_heartbeat"
+
+#: Days a heartbeat row is kept after its last beat (a load's claims older than that are judged by
+#: ``claim_timeout`` alone, as a load's that wrote none).
+HEARTBEAT_TTL_DAYS = 1
+
+
+def heartbeat_ref(ledger: TableRef) -> TableRef:
+    """The ledger's heartbeat table: one row per load, the latest beat its state."""
+    return TableRef(database=ledger.database, name=f"{ledger.name}{HEARTBEAT_SUFFIX}")
+
+
+def render_create_heartbeats(ledger: TableRef) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the ledger's heartbeat table (:func:`heartbeat_ref`): a load that holds
+    claims writes its row every few seconds, the server's clock stamping it.
+
+    :param ledger: the ledger table.
+    """
+    return f"""CREATE TABLE IF NOT EXISTS {render_table(heartbeat_ref(ledger))}
+(
+    `load_id` String COMMENT 'the load that holds claims in the ledger',
+    `window_s` Float64 COMMENT 'seconds this beat vouches for the load''s claims',
+    `beat_at` DateTime64(6, 'UTC') DEFAULT now64(6) COMMENT 'when the server stored the beat'
+)
+ENGINE = ReplacingMergeTree(beat_at)
+ORDER BY `load_id`
+TTL toDateTime(beat_at) + INTERVAL {HEARTBEAT_TTL_DAYS} DAY
+COMMENT 's3ch ledger heartbeats: a load is alive while its beat is younger than its window (docs/ledger.md)'"""
+
+
+def render_write_heartbeat(ledger: TableRef) -> str:
+    """``INSERT INTO`` the heartbeat table ``(load_id, window_s) VALUES``; the server stamps ``beat_at``."""
+    return f"INSERT INTO {render_table(heartbeat_ref(ledger))} (`load_id`, `window_s`) VALUES"
+
+
 #: The column a ledger created before partitions were kept gets (its rows read as "any partition").
 PARTITIONS_COLUMN = "partitions"
 
@@ -77,16 +113,17 @@ def ledger_engine_problem(engine: str, engine_full: str) -> str | None:
 
 
 def render_ledger_table(ledger: TableRef) -> tuple[str, dict[str, object]]:
-    """What an existing ledger table is: its engine, its engine clause (:func:`ledger_engine_problem` takes both)
-    and whether it has the :data:`PARTITIONS_COLUMN` (1 or 0); no row when the table does not exist. The
-    statement and its parameters.
+    """What an existing ledger table is: its engine, its engine clause (:func:`ledger_engine_problem` takes both),
+    whether it has the :data:`PARTITIONS_COLUMN` and whether its heartbeat table exists (1 or 0 each); no row
+    when the table does not exist. The statement and its parameters.
 
     :param ledger: the ledger table (its database named).
     """
     return (
         "SELECT engine, engine_full, (SELECT count() FROM system.columns WHERE database = %(d)s AND table = %(t)s "
-        f"AND name = '{PARTITIONS_COLUMN}') FROM system.tables WHERE database = %(d)s AND name = %(t)s",
-        {"d": ledger.database, "t": ledger.name},
+        f"AND name = '{PARTITIONS_COLUMN}'), (SELECT count() FROM system.tables WHERE database = %(d)s "
+        "AND name = %(h)s) FROM system.tables WHERE database = %(d)s AND name = %(t)s",
+        {"d": ledger.database, "t": ledger.name, "h": heartbeat_ref(ledger).name},
     )
 
 
@@ -189,14 +226,21 @@ def state_rows(
 # ---------------------------------------------------------------------- what the server says of the loads
 
 
-def render_staging_tables() -> tuple[str, dict[str, object]]:
-    """The staging tables (of a load or of one of its chunks) of the loads ``%(ids)s`` in database ``%(d)s``:
-    their names. The statement and its fixed parameters; the caller adds ``d`` and ``ids``."""
-    return (
-        "SELECT name FROM system.tables WHERE database = %(d)s AND startsWith(name, %(p)s) "
-        "AND substring(name, %(at)s, %(n)s) IN %(ids)s",
-        {"p": STAGING_PREFIX, "at": len(STAGING_PREFIX) + 1, "n": STEM_HEX_DIGITS},
-    )
+def render_staging_tables(ledger: TableRef | None = None) -> tuple[str, dict[str, object]]:
+    """The staging tables (of a load or of one of its chunks) of the loads ``%(ids)s`` in database ``%(d)s``,
+    and with ``ledger`` the last heartbeat of each of those loads that wrote one, in one read: rows of
+    (what, name, age in seconds by the server's clock, window), ``what`` ``'staging'`` (a table's name) or
+    ``'heartbeat'`` (a load's id). The statement and its fixed parameters; the caller adds ``d`` and ``ids``.
+
+    :param ledger: the ledger table, whose heartbeat table exists (None: none is read).
+    """
+    sql = ("SELECT 'staging', name, toFloat64(0), toFloat64(0) FROM system.tables WHERE database = %(d)s "
+           "AND startsWith(name, %(p)s) AND substring(name, %(at)s, %(n)s) IN %(ids)s")
+    if ledger is not None:
+        sql += (" UNION ALL SELECT 'heartbeat', load_id, dateDiff('microsecond', max(beat_at), now64(6)) / 1e6, "
+                f"argMax(window_s, beat_at) FROM {render_table(heartbeat_ref(ledger))} WHERE load_id IN %(ids)s "
+                "GROUP BY load_id")
+    return sql, {"p": STAGING_PREFIX, "at": len(STAGING_PREFIX) + 1, "n": STEM_HEX_DIGITS}
 
 
 def render_running_loads() -> str:

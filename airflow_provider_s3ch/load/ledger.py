@@ -17,6 +17,7 @@ from typing import Any
 from airflow_provider_s3ch.core.freshness import Freshness, Standing, standing
 from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
 from airflow_provider_s3ch.core.ledger import (
+    DEFAULT_CLAIM_HEARTBEAT,
     DEFAULT_CLAIM_TIMEOUT,
     Chunk,
     ChunkStart,
@@ -40,10 +41,6 @@ from airflow_provider_s3ch.core.ledger_sql import (
     READ_FIELDS,
     REBUILD_FIELDS,
     key_table,
-    ledger_engine_problem,
-    render_add_partitions,
-    render_create_ledger,
-    render_ledger_table,
     render_read,
     render_read_partitions,
     render_running_loads,
@@ -53,12 +50,14 @@ from airflow_provider_s3ch.core.ledger_sql import (
 )
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Resume
-from airflow_provider_s3ch.errors import PlanError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.load.heartbeat import Heartbeat
+from airflow_provider_s3ch.load.ledger_table import LedgerTable
 from airflow_provider_s3ch.load.report import LoadReport, NothingNew, nothing_new_report
 
 #: Settings of the ledger's writes: every state row is stored and visible when the INSERT returns.
 WRITE_SETTINGS = {"insert_deduplicate": 0, "async_insert": 0}
+
 
 class LedgerRun:
     """One load's use of the ledger: select and claim its files, then record ``pending`` before the staging
@@ -68,13 +67,15 @@ class LedgerRun:
     :param hook: the ClickHouse connection (the ledger lives on its node).
     :param request: the load's request (``skip_loaded``).
     :param query_id: this try's query id; its stem is the load's id in the ledger.
-    :param claim_timeout: seconds a claim stays live without a query or a staging table of its load.
+    :param claim_timeout: seconds a claim stays live at most without a query or a staging table of its load.
+    :param heartbeat: seconds between the heartbeats of the load while it holds claims.
     :param log: the task's logger.
     """
 
     def __init__(
         self, hook: ClickHouseHook, request: LoadRequest, query_id: QueryId, *,
-        claim_timeout: float = DEFAULT_CLAIM_TIMEOUT, log: logging.Logger | None = None,
+        claim_timeout: float = DEFAULT_CLAIM_TIMEOUT, heartbeat: float = DEFAULT_CLAIM_HEARTBEAT,
+        log: logging.Logger | None = None,
     ) -> None:
         self.hook, self.request, self.query_id = hook, request, query_id
         self.own = query_id.stem
@@ -84,52 +85,35 @@ class LedgerRun:
         self.target = target_name(request, hook.database)
         self.database = request.table.in_database(hook.database).database
         self.bucket = request.bucket
+        #: The load's heartbeat, while it holds claims (the run stops it when the load ends).
+        self.beat = Heartbeat(hook, self.ledger, self.own, heartbeat, self.log)
         self.selection = Selection()
         self.files: list[S3Object] = []
         self.chunks: list[Chunk] = []
         self.lost: list[S3Object] = []
         self._manifest: Manifest | None = None
-        self._url = ""
+        #: The URL of the whole glob.
+        self.url = ""
         #: When this load's claims were written or last renewed (``time.monotonic()``).
         self._claimed_at = time.monotonic()
         self.recovered: list[LedgerRow] = []
         #: This load wrote or holds claims (released again when it fails having left nothing behind).
         self.holding = False
-        #: The ledger table has the ``partitions`` column (one created before it had it gets it on a load).
-        self.has_partitions = True
+        self.table = LedgerTable(hook, self.ledger, self.log)
         #: The partition ids this load's rows record, by key (a retry whose staging table is gone keeps them).
         self._recorded: dict[str, tuple[str, ...]] = {}
 
     # ------------------------------------------------------------------ the table
     def exists(self) -> bool:
-        """Whether the ledger table exists; :class:`PlanError` when a table of its name cannot be the ledger."""
-        rows = self.hook.execute(*render_ledger_table(self.ledger))
-        if not rows:
-            return False
-        self.has_partitions = bool(rows[0][2])
-        problem = ledger_engine_problem(str(rows[0][0]), str(rows[0][1]))
-        if problem:
-            raise PlanError(
-                f"table {self.ledger} cannot be the file ledger: {problem}; drop it (or give ledger_table another "
-                "name) and the load creates it"
-            )
-        return True
+        return self.table.exists()
 
     def create(self) -> None:
-        """``CREATE TABLE IF NOT EXISTS`` of the ledger, then the check that the table is one."""
-        if not self.exists():
-            self.hook.execute(render_create_ledger(self.ledger))
-            self.log.info("Created the file ledger %s", self.ledger)
-            self.exists()
-        elif not self.has_partitions:  # a ledger from before partitions were kept: its rows mean "any partition"
-            self.hook.execute(render_add_partitions(self.ledger))
-            self.has_partitions = True
-            self.log.info("File ledger %s: added the partitions column", self.ledger)
+        self.table.create()
 
     # ------------------------------------------------------------------ reads
     def read(self, keys: Iterable[str]) -> list[LedgerRow]:
         """The latest version of the target's rows for ``keys`` in the bucket, and of this load's rows."""
-        data = self.hook.execute(render_read(self.ledger, FILES_TABLE, partitions=self.has_partitions),
+        data = self.hook.execute(render_read(self.ledger, FILES_TABLE, partitions=self.table.has_partitions),
                                  {"t": self.target, "b": self.bucket, "own": self.own}, external_tables=key_table(keys))
         return [LedgerRow.model_validate(dict(zip(READ_FIELDS, row, strict=True))) for row in data]
 
@@ -151,19 +135,15 @@ class LedgerRun:
         """The whole listing's objects (what the glob matched)."""
         return list(self._manifest.objects) if self._manifest is not None else []
 
-    @property
-    def url(self) -> str:
-        """The URL of the whole glob."""
-        return self._url
-
     def facts(self, rows: Sequence[LedgerRow | EarlierRow]) -> LoadActivity:
         """Which staging tables exist (of the load or of its chunks) and whose query runs, for this load and
         the loads with open rows."""
         ids = sorted({r.load_id for r in rows if r.state in ("claimed", "pending")} | {self.own})
-        sql, params = render_staging_tables()
-        staged = self.hook.execute(sql, {**params, "d": self.database, "ids": tuple(ids)})
+        sql, params = render_staging_tables(self.ledger if self.table.has_heartbeats else None)
+        seen = self.hook.execute(sql, {**params, "d": self.database, "ids": tuple(ids)})
         running = self.hook.execute(render_running_loads())
-        return activity((str(n) for (n,) in staged), (str(q) for (q,) in running), ids)
+        return activity((str(n) for what, n, _, _ in seen if what == "staging"), (str(q) for (q,) in running), ids,
+                        ((str(n), float(age), float(w)) for what, n, age, w in seen if what == "heartbeat"))
 
     # ------------------------------------------------------------------ writes
     def write(self, files: Sequence[S3Object | LedgerRow], state: State, *, query_id: str,
@@ -232,7 +212,7 @@ class LedgerRun:
             ages = [r.age_s for r in rows if r.load_id == self.own and r.state == "claimed"]
             self._claimed_at = time.monotonic() - max(ages, default=0.0)
         self.selection, files = sel, list(sel.files)
-        self._manifest, self._url = manifest, url
+        self._manifest, self.url = manifest, url
         archive_syntax = archive_path_syntax(self.request.settings)
         if files:  # a key the insert cannot name fails the load before anything is claimed
             key_list_pattern([o.key for o in files], self.request.key_pattern, archive_syntax=archive_syntax)
@@ -240,6 +220,8 @@ class LedgerRun:
             self._record_committed(sel.committed)
             self._record_replaced(sel.superseded)
             self.write(sel.release, "released", query_id=str(self.query_id))
+            if files:  # alive before the claims: a load that dies after them leaves a heartbeat that ages
+                self.beat.start()
             if sel.claim:
                 self.write(sel.claim, "claimed", query_id=str(self.query_id))
                 self._claimed_at = time.monotonic()
@@ -269,7 +251,8 @@ class LedgerRun:
 
         :param chunk: one of :meth:`prepare`'s chunks.
         """
-        if not self.request.dry_run and time.monotonic() - self._claimed_at > self.claim_timeout / 2:
+        if not self.request.dry_run and (time.monotonic() - self._claimed_at > self.claim_timeout / 2
+                                         or not self.beat.fresh()):
             self._renew(chunk)
             chunk = next((c for c in self.chunks if c.number == chunk.number), Chunk(number=chunk.number))
         if not chunk.files or self._manifest is None:
@@ -277,7 +260,7 @@ class LedgerRun:
         body, pattern = key_list_pattern([o.key for o in chunk.files], self.request.key_pattern,
                                          archive_syntax=archive_path_syntax(self.request.settings))
         return ChunkStart(chunk, narrow_manifest(self._manifest, chunk.files, pattern),
-                          key_url(self._url, self.request.key_pattern, body))
+                          key_url(self.url, self.request.key_pattern, body))
 
     def _renew(self, current: Chunk) -> None:
         """Claim again the files of the chunks not started yet (this one unless its insert finished), so that
@@ -285,10 +268,11 @@ class LedgerRun:
         later = [c for c in self.chunks if c.number > current.number or (
             c.number == current.number and current.number not in self.selection.finished_inserts)]
         files = [o for c in later for o in c.files]
+        sent = self._claimed_at = time.monotonic()  # the claims' time: when their write started
+        self.beat.renewed(sent)  # the claims kept are as good as a beat (none: the staging table holds them)
         if not files:
             return
         self.write(files, "claimed", query_id=str(self.query_id))
-        self._claimed_at = time.monotonic()
         rows = self.read(o.key for o in files)
         kept, lost = confirm(files, rows, self.facts(rows), own=self.own, claim_timeout=self.claim_timeout)
         if lost:
@@ -299,8 +283,7 @@ class LedgerRun:
             self.chunks = [c.model_copy(update={"files": [o for o in c.files if o.key not in gone]})
                            for c in self.chunks]
             self.log.warning("Ledger: %d file(s) of later chunks were taken by another load while this one ran "
-                             "(claims older than claim_timeout): left to it: %s", len(lost),
-                             ", ".join(o.key for o in lost[:5]))
+                             "(its claims went stale): left to it: %s", len(lost), ", ".join(o.key for o in lost[:5]))
         self.log.info("Ledger: renewed the claims on %d file(s) of the chunks to come", len(files) - len(lost))
 
     def query_id_of(self, chunk: Chunk) -> QueryId:

@@ -12,7 +12,7 @@
 A synchronous load runs :meth:`LoadRun.run`; a deferred one resumes in :meth:`LoadRun.complete_deferred`,
 which enters the very same ``complete``. The run knows no Airflow: it signals a deferral (:class:`DeferLoad`)
 or a skip (:class:`NothingNew`) and the operator turns them into Airflow's. What it talks to is given to it
-(:class:`RunParts`).
+(:class:`~.parts.RunParts`).
 """
 
 from __future__ import annotations
@@ -21,14 +21,12 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from airflow_provider_s3ch.core.access import with_hint
 from airflow_provider_s3ch.core.deferral import DeferredLoad
 from airflow_provider_s3ch.core.errors import NothingMatchedError
 from airflow_provider_s3ch.core.formats import detect_format
-from airflow_provider_s3ch.core.freshness import QueueDepth
 from airflow_provider_s3ch.core.history import Learned, learn
 from airflow_provider_s3ch.core.ledger import Chunk
 from airflow_provider_s3ch.core.ledger_rows import WHOLE_FILE
@@ -40,63 +38,17 @@ from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ServerProfile
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_insert
-from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import BucketError, LoadError, S3AccessDeniedError, S3chError, in_place_of
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.s3 import build_manifest
 from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
-from airflow_provider_s3ch.load.complete import Completion, Inserted, LedgerChunk, lineage_facts, load_report
+from airflow_provider_s3ch.load.complete import Inserted, LedgerChunk, lineage_facts, load_report
 from airflow_provider_s3ch.load.freshness import Watch
 from airflow_provider_s3ch.load.insert import Inserter, PlannedInsert
 from airflow_provider_s3ch.load.ledger import LedgerRun
+from airflow_provider_s3ch.load.parts import RunOptions, RunParts
 from airflow_provider_s3ch.load.report import Loaded, LoadEnd, LoadReport, NothingNew, dry_run_report, log_plan
 from airflow_provider_s3ch.load.resume import EarlierTries
 from airflow_provider_s3ch.load.target import Listed, Prefetched, ReadAhead, Target, TargetFacts
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What the run needs beside the request: the table to create, and how it waits. No defaults here: the
-    operator's arguments are the one place that sets them.
-
-    :param defers: the load starts its insert over HTTP and signals a deferral (``deferrable``, no ledger).
-    """
-
-    table_spec: TableSpec | None
-    defers: bool
-    earlier_try_timeout: float
-    claim_timeout: float
-    learn_from_history: bool
-
-
-@dataclass(frozen=True)
-class RunParts:
-    """What a run talks to, each made when the run needs it: the operator gives its connections'
-    (:meth:`connections`); another caller may give others (a pooled client, a test's stand-ins).
-
-    :param clickhouse: the ClickHouse hook (closed by the run).
-    :param s3: the S3 side: the client, the credentials the statements carry, the endpoint.
-    :param listing: the manifest of the files to load (:func:`~airflow_provider_s3ch.hooks.s3.build_manifest`).
-    :param queue: a run from events: the events it took (``core.freshness.queue_of``), for its ``freshness``.
-
-    The phases that talk to the servers, each made with the hook: the ``target`` phase (:class:`~.target.Target`),
-    the file ledger of a load with ``skip_loaded`` (:class:`~.ledger.LedgerRun`), the inserts
-    (:class:`~.insert.Inserter`) and the ``complete`` phase (:class:`~.complete.Completion`).
-    """
-
-    clickhouse: Callable[[], ClickHouseHook]
-    s3: Callable[[], S3Source]
-    listing: Callable[..., Manifest] = build_manifest
-    target: Callable[..., Target] = Target
-    ledger: Callable[..., LedgerRun] = LedgerRun
-    inserter: Callable[..., Inserter] = Inserter
-    completion: Callable[..., Completion] = Completion
-    queue: QueueDepth | None = None
-
-    @classmethod
-    def connections(cls, clickhouse_conn_id: str, aws_conn_id: str | None) -> RunParts:
-        """The parts of the operator's connections."""
-        return cls(clickhouse=lambda: ClickHouseHook(clickhouse_conn_id), s3=lambda: S3Source(aws_conn_id))
 
 
 class Try(NamedTuple):
@@ -226,12 +178,14 @@ class LoadRun:
         staging table, committed in order (docs/ledger.md); the claims given back when nothing of the load can
         still land."""
         ledger = self.parts.ledger(this.hook, self.request, this.query_id, claim_timeout=self.options.claim_timeout,
-                                   log=self.log)
+                                   heartbeat=self.options.claim_heartbeat, log=self.log)
         try:
             return self._chunks(this, target, ledger)
         except BaseException:
             ledger.abandon()
             raise
+        finally:
+            ledger.beat.stop()
 
     def _chunks(self, this: Try, target: Target, ledger: LedgerRun) -> LoadReport:
         with self._phase("ledger"):
@@ -239,24 +193,33 @@ class LoadRun:
         watch = Watch(ledger, self.parts.queue, self.log) if not self.request.dry_run else None
         loads: list[Loaded] = []
         for chunk in chunks:
-            with self._phase("ledger"):
-                begun = ledger.begin(chunk)
-            if begun is None:  # every file of it was taken by another load while this one renewed its claims
+            planned = self._begin(this, target, ledger, chunk)
+            if planned is None:  # every file of it was taken by another load while this one renewed its claims
                 continue
-            if begun.chunk.number != WHOLE_FILE:
-                self.log.info("Chunk%s", begun.chunk.describe().removeprefix("chunk"))
-            planned = self._plan(this, target, this.listed._replace(manifest=begun.manifest, url=begun.url),
-                                 ledger.query_id_of(begun.chunk), ledger=ledger, chunk=begun.chunk)
             if self.request.dry_run:  # the first chunk's plan
                 return self._dry_run(planned, ledger).model_copy(update={"chunks": [
                     c.describe() for c in chunks if c.number != WHOLE_FILE]})
-            loads.append(self._insert(this, planned, LedgerChunk(ledger, begun.chunk, this.source)))
+            loads.append(self._insert(this, planned, LedgerChunk(ledger, planned.chunk, this.source)))
         fresh = watch.end(this.hook, loads) if watch is not None else None
         if not loads:
             return ledger.nothing_new(_ms_since(this.started)(), fresh)
         return self._complete(this.hook, loads, LoadEnd(columns=self._columns, objects=[
             o for one in loads for o in one.files or []], ledger=ledger.summary(),
             chunked=bool(ledger.selection.chunks), freshness=fresh), clock=_ms_since(this.started))
+
+    def _begin(self, this: Try, target: Target, ledger: LedgerRun, chunk: Chunk) -> Planned | None:
+        """A chunk begun (its claims renewed when due) and planned; again while the heartbeat lapsed meanwhile."""
+        while True:
+            with self._phase("ledger"):
+                begun = ledger.begin(chunk)
+            if begun is None:
+                return None
+            if begun.chunk.number != WHOLE_FILE:
+                self.log.info("Chunk%s", begun.chunk.describe().removeprefix("chunk"))
+            planned = self._plan(this, target, this.listed._replace(manifest=begun.manifest, url=begun.url),
+                                 ledger.query_id_of(begun.chunk), ledger=ledger, chunk=begun.chunk)
+            if ledger.beat.fresh():
+                return planned
 
     # ------------------------------------------------------------------ one insert
     def _plan(self, this: Try, target: Target, listed: Listed, query_id: QueryId, *, ledger: LedgerRun | None = None,

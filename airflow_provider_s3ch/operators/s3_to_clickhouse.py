@@ -16,14 +16,13 @@ from typing import Any
 from airflow_provider_s3ch import compat
 from airflow_provider_s3ch.compat import AirflowSkipException, Asset, BaseAsset, BaseOperator, Context, conf
 from airflow_provider_s3ch.core.events import (
-    FILES_FROM,
     check_events_request,
     check_files_from,
     default_on_changed,
     run_files,
 )
 from airflow_provider_s3ch.core.freshness import queue_of
-from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_TIMEOUT
+from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_HEARTBEAT, DEFAULT_CLAIM_TIMEOUT
 from airflow_provider_s3ch.core.ledger_request import check_request as check_ledger_request
 from airflow_provider_s3ch.core.lineage import outlet_extra
 from airflow_provider_s3ch.core.models import LoadRequest
@@ -35,8 +34,6 @@ from airflow_provider_s3ch.lineage import operator_lineage
 from airflow_provider_s3ch.load.report import DeferLoad, LoadReport, NothingNew
 from airflow_provider_s3ch.load.run import LoadRun, RunOptions, RunParts
 from airflow_provider_s3ch.triggers.load import LoadTrigger
-
-__all__ = ["FILES_FROM", "S3ToClickHouseOperator"]
 
 
 class S3ToClickHouseOperator(BaseOperator):
@@ -89,7 +86,10 @@ class S3ToClickHouseOperator(BaseOperator):
         ``fail``, and ``skip`` with ``files_from="events"`` (which refuses ``fail``). (templated)
     :param ledger_table: with ``skip_loaded``: the ledger; default ``<target database>._s3ch_ledger``. (templated)
     :param skip_when_empty: a run with nothing to load (no match; with ``skip_loaded``, no new file) is skipped.
-    :param claim_timeout: with ``skip_loaded``: seconds a claim holds while its load runs no query (1 h).
+    :param claim_timeout: with ``skip_loaded``: the most seconds a claim holds while its load runs no query and
+        has no staging table (1 h); a load that writes heartbeats loses it sooner once they stop.
+    :param claim_heartbeat: with ``skip_loaded``: seconds between a load's heartbeats while it holds claims (5);
+        they go stale 4 heartbeats after its last: a dead worker's files are free in seconds.
     :param max_files_per_load: with ``skip_loaded``: the most files one insert reads (chunks). (templated)
     :param max_bytes_per_load: with ``skip_loaded``: the most bytes one insert reads. (templated)
     :param learn_from_history: calibrate the plan with the target's earlier loads of the same files
@@ -150,6 +150,7 @@ class S3ToClickHouseOperator(BaseOperator):
         ledger_table: str | None = None,
         skip_when_empty: bool = False,
         claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
+        claim_heartbeat: float = DEFAULT_CLAIM_HEARTBEAT,
         max_files_per_load: int | str | None = None,
         max_bytes_per_load: int | str | None = None,
         learn_from_history: bool = True,
@@ -181,7 +182,7 @@ class S3ToClickHouseOperator(BaseOperator):
         self.table_settings, self.on_schema_change = table_settings, on_schema_change
         # the ledger
         self.skip_loaded, self.on_changed, self.ledger_table = skip_loaded, on_changed, ledger_table
-        self.skip_when_empty, self.claim_timeout = skip_when_empty, claim_timeout
+        self.skip_when_empty, self.claim_timeout, self.claim_heartbeat = skip_when_empty, claim_timeout, claim_heartbeat
         self.max_files_per_load, self.max_bytes_per_load = max_files_per_load, max_bytes_per_load
         self.s3_credentials, self.named_collection, self.role_arn = s3_credentials, named_collection, role_arn
         #: The load in progress, or the last one (its lineage facts): the only state a task keeps.
@@ -239,9 +240,7 @@ class S3ToClickHouseOperator(BaseOperator):
     def first_try(self, context: Context) -> int:
         """The first try since the task instance was last cleared (earlier ones are not attached to)."""
         ti = context["ti"]
-        max_tries = getattr(ti, "max_tries", None)
-        retries = getattr(self, "retries", None) if max_tries is not None else None
-        return first_try_of_series(int(ti.try_number), max_tries, retries)
+        return first_try_of_series(int(ti.try_number), getattr(ti, "max_tries", None), getattr(self, "retries", None))
 
     def run_options(self, request: LoadRequest) -> RunOptions:
         """The run's options beside the request: connections, the table to create, how it waits and defers
@@ -250,7 +249,7 @@ class S3ToClickHouseOperator(BaseOperator):
             self.log.warning("deferrable=True with skip_loaded=True: the load runs in its worker slot, not deferred")
         return RunOptions(table_spec=self.table_spec(request), defers=bool(self.deferrable and not self.skip_loaded),
                           earlier_try_timeout=self.earlier_try_timeout, claim_timeout=self.claim_timeout,
-                          learn_from_history=self.learn_from_history)
+                          claim_heartbeat=self.claim_heartbeat, learn_from_history=self.learn_from_history)
 
     def run_parts(self, context: Context | None = None, request: LoadRequest | None = None) -> RunParts:
         """What the run talks to: the task's ClickHouse and AWS connections; with ``files_from="events"``, in a run

@@ -4,7 +4,9 @@ Rules put new files (rows in one or more partitions), overwrite a file (same or 
 earlier version back, delete a file, and run a load under one of the option sets the docs offer
 (``append`` / ``replace_partitions`` x ``on_changed`` fail / skip / reload x whole / chunked
 ``max_files_per_load``); some loads are SIGKILLed at a random statement (just before it is sent, or a few
-milliseconds after, while it may still run) and retried, as Airflow retries a task whose worker died.
+milliseconds after, while it may still run) and retried, as Airflow retries a task whose worker died; or,
+before the retry, time passes until the killed load's heartbeat is older than its window, and another run
+takes what the killed load held and did not put in a staging table.
 
 The model says what each run must do: load which files, refuse (naming why), or do nothing; and what the
 table then holds, partition by partition: which version of which file. After every run the target is
@@ -27,6 +29,7 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -62,6 +65,8 @@ BUCKET = "s3ch-histories"
 STRUCTURE = "p UInt8, file UInt8, ver UInt32, id UInt32"
 KEYS = 5
 PARTITIONS = 4
+#: The loads' heartbeat interval (seconds): a killed load's claims are stale 4 beats after its last one.
+HEARTBEAT = 0.5
 
 #: Every option set of the ledger: (mode, on_changed, max_files_per_load).
 ALL_OPTION_SETS = [(mode, changed, chunk) for mode in ("append", "replace_partitions")
@@ -165,13 +170,16 @@ def _die() -> None:
 
 @contextlib.contextmanager
 def counting(die_at: int | None = None, in_flight_ms: int = 0) -> Iterator[list[int]]:
-    """Count the statements the load sends to ClickHouse; with ``die_at``, SIGKILL the process just before
-    the ``die_at``-th, or ``in_flight_ms`` after it was sent (the statement in flight, or done by then)."""
+    """Count the statements the load sends to ClickHouse (not its heartbeat thread's); with ``die_at``, SIGKILL
+    the process just before the ``die_at``-th, or ``in_flight_ms`` after it was sent (the statement in flight,
+    or done by then)."""
     sent = [0]
     saved = {name: getattr(ClickHouseHook, name) for name in ("execute", "run_insert")}
     for name, original in saved.items():
 
         def counted(self: Any, *a: Any, _original: Any = original, **k: Any) -> Any:
+            if threading.current_thread().name.startswith("s3ch-heartbeat"):  # beats at times of their own
+                return _original(self, *a, **k)
             sent[0] += 1
             if die_at is not None and sent[0] >= die_at:
                 if not in_flight_ms:
@@ -286,7 +294,7 @@ class LedgerHistories(RuleBasedStateMachine):
         mode, on_changed, chunk = self.options
         return {"s3_uri": f"s3://{BUCKET}/lh-{self.tag}/*.csv", "table": self.table, "format": "CSV",
                 "structure": STRUCTURE, "skip_loaded": True, "skip_when_empty": True, "mode": mode,
-                "on_changed": on_changed,
+                "on_changed": on_changed, "claim_heartbeat": HEARTBEAT,
                 **({"max_files_per_load": chunk} if chunk else {})}
 
     def expect(self, run_id: str, try_number: int, must: str) -> None:
@@ -318,6 +326,22 @@ class LedgerHistories(RuleBasedStateMachine):
 
     @rule(die_at=st.one_of(st.integers(1, 25), st.integers(26, 80)), in_flight_ms=st.sampled_from([0, 0, 3, 15]))
     def load_killed_and_retried(self, die_at: int, in_flight_ms: int) -> None:
+        run_id = self.killed_load(die_at, in_flight_ms)
+        self.expect(run_id, 2, self.model.run(*self.options))
+
+    @rule(die_at=st.one_of(st.integers(1, 25), st.integers(26, 80)), in_flight_ms=st.sampled_from([0, 3]))
+    def load_killed_then_another_run_once_its_heartbeat_is_old_then_the_retry(
+        self, die_at: int, in_flight_ms: int,
+    ) -> None:
+        run_id = self.killed_load(die_at, in_flight_ms)
+        self.wait_for_heartbeats_to_age()
+        must = self.model.run(*self.options)  # the two runs together load what one run would
+        self.expect(f"run-{uuid.uuid4().hex[:8]}", 1, must)
+        self.expect(run_id, 2, must)
+        STATS["taken over after the heartbeat aged"] += 1
+
+    def killed_load(self, die_at: int, in_flight_ms: int) -> str:
+        """A load SIGKILLed at its ``die_at``-th statement, in a worker of its own; its run id."""
         run_id = f"run-{uuid.uuid4().hex[:8]}"
         env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
         worker = _FORKS.Process(target=_killed_load, args=(env, self.kwargs(), run_id, die_at, in_flight_ms))
@@ -327,7 +351,21 @@ class LedgerHistories(RuleBasedStateMachine):
         STATS["killed" if worker.exitcode == -signal.SIGKILL else "kill point after the load"] += 1
         if worker.exitcode == -signal.SIGKILL:
             STATS[f"killed at statement {die_at:02d}{f' +{in_flight_ms} ms' if in_flight_ms else ' (before)'}"] += 1
-        self.expect(run_id, 2, self.model.run(*self.options))
+        return run_id
+
+    def wait_for_heartbeats_to_age(self) -> None:
+        """Time passes until every heartbeat of the target's loads with claims is older than its window (by the
+        server's clock), and so is every such claim."""
+        ch = self.stack.clickhouse_client()
+        deadline = time.monotonic() + 120
+        while ch.execute(
+            f"SELECT count() FROM default.{LEDGER_NAME} AS l FINAL LEFT JOIN (SELECT load_id, max(beat_at) AS b, "
+            f"argMax(window_s, beat_at) AS w FROM default.{LEDGER_NAME}_heartbeat GROUP BY load_id) AS h USING "
+            "load_id WHERE l.table = %(t)s AND l.state = 'claimed' AND "
+            "dateDiff('microsecond', greatest(l.claimed_at, h.b), now64(6)) / 1e6 < h.w", {"t": self.table},
+        )[0][0]:
+            assert time.monotonic() < deadline, "the killed load's heartbeat did not age in 120 s"
+            time.sleep(0.1)
 
     # --- what must hold after every step
     @invariant()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT
-from airflow_provider_s3ch.operators.s3_to_clickhouse import FILES_FROM, S3ToClickHouseOperator
+from airflow_provider_s3ch.core.events import FILES_FROM, MAX_FILES_PER_EVENT
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from airflow_provider_s3ch.triggers.s3_events import S3ListingEventTrigger
 
 PAGE = (Path(__file__).parents[2] / "docs" / "continuous.md").read_text()

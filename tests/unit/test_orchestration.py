@@ -59,6 +59,9 @@ class World:
     #: An insert fails with this error at the n-th insert (1-based).
     fail_at: int | None = None
     listing_error: Exception | None = None
+    #: How many times the ledger's heartbeat reads as lapsed after a chunk's plan; how often it was stopped.
+    lapses: int = 0
+    beats_stopped: int = 0
     calls: list[str] = field(default_factory=list)
     hook: Any = None
 
@@ -112,9 +115,19 @@ class World:
 
         class Ledger:
             def __init__(self, hook: Any, request: LoadRequest, query_id: QueryId, *, claim_timeout: float,
-                         log: logging.Logger) -> None:
+                         heartbeat: float, log: logging.Logger) -> None:
                 self.query_id, self.request = query_id, request
                 self.selection = SimpleNamespace(chunks=len(world.chunks or []))
+                self.beat = SimpleNamespace(fresh=self.fresh, stop=self.stop)
+
+            @staticmethod
+            def fresh() -> bool:
+                world.lapses -= 1
+                return world.lapses < 0
+
+            @staticmethod
+            def stop() -> None:
+                world.beats_stopped += 1
 
             def prepare(self, listed: Manifest, url: str) -> list[Chunk]:
                 world.calls.append("claim")
@@ -193,7 +206,7 @@ class World:
 
 def run(world: World, *, defers: bool = False, try_number: int = 1, **request: Any) -> Any:
     options = RunOptions(table_spec=None, defers=defers, earlier_try_timeout=60.0, claim_timeout=3600.0,
-                         learn_from_history=False)
+                         claim_heartbeat=5.0, learn_from_history=False)
     load = LoadRun(LoadRequest(s3_uri="s3://bucket/data/*.parquet", table="events", **request), options, LOG,
                    world.parts())
     return load, load.run(QueryId(stem=STEM, try_number=try_number), first_try=1)
@@ -245,6 +258,26 @@ def test_chunks_are_inserted_in_order_each_completed_before_the_next_and_a_taken
                            "target 1 files", f"insert {ids[1]}", f"complete {ids[1]} (ledger)", "close"]
     assert [c["chunk"] for c in report.chunks] == [1, 3] and report.files == 3 and report.written_rows == 30
     assert report.ledger == {"table": "default._s3ch_ledger", "new": 5}
+
+
+def test_a_chunk_whose_heartbeat_lapsed_while_it_was_planned_is_begun_and_planned_again_before_its_insert() -> None:
+    world = World(files=objects(4), lapses=2)
+    world.chunks = chunked(world, [3, 1])
+    _, report = run(world, skip_loaded=True, max_files_per_load=3)
+    ids = [str(QueryId(stem=unit_id(STEM, n), try_number=1)) for n in (1, 2)]
+    assert world.calls == ["list", "claim", "target 3 files", "target 3 files", "target 3 files", f"insert {ids[0]}",
+                           f"complete {ids[0]} (ledger)", "target 1 files", f"insert {ids[1]}",
+                           f"complete {ids[1]} (ledger)", "close"]
+    assert report.files == 4 and world.beats_stopped == 1
+
+
+@pytest.mark.parametrize("fail_at", [1, 2])
+def test_the_heartbeat_stops_once_when_the_load_fails(fail_at: int) -> None:
+    world = World(fail_at=fail_at)
+    world.chunks = chunked(world, [2, 2])
+    with pytest.raises(LoadError):
+        run(world, skip_loaded=True, max_files_per_load=2)
+    assert world.beats_stopped == 1 and world.calls[-2:] == ["abandon", "close"]
 
 
 @pytest.mark.parametrize("ledger", [False, True])
