@@ -103,7 +103,8 @@ def test_files_put_reach_the_table_through_asset_events(stack: LocalStack, airfl
                         "s3ch_events_landing")
     assert events and all('"from_trigger": true' in extra for (extra,) in events), events
     if Version("3.3") <= AIRFLOW:  # the watcher's cursor in the asset's state store
-        stored = airflow.db("SELECT key, value FROM asset_state_store WHERE key LIKE 's3ch.listing:%'")
+        stored = airflow.db("SELECT s.key, s.value FROM asset_state_store s JOIN asset a ON a.id = s.asset_id "
+                            "WHERE s.key LIKE 's3ch.listing:%' AND a.name = ?", "s3ch_events_landing")
         assert len(stored) == 1 and f'"start_after": "{PREFIX}f-05.csv"' in stored[0][1].replace('":"', '": "'), stored
     print(f"\n{len(runs)} asset-triggered run(s) from {len(events)} asset event(s); 3 files put -> rows readable in "
           f"{latency:.1f} s (poll_interval 1 s)")
