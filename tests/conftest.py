@@ -63,10 +63,12 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/unit/test_workload.py": "core.plan.workload and core.metrics",
     "tests/unit/test_access.py": "core.access: the S3 credential modes' SQL and hints",
     "tests/unit/test_s3_client.py": "boto3's client and its model loader, no Airflow",
+    "tests/unit/test_ledger_heartbeat.py": "core.ledger_rows: heartbeat ages and stale claims",
     # Source and docs read as text: the same files whatever Airflow is installed.
     "tests/unit/test_core_is_pure.py": "reads the core's imports from its source",
     "tests/unit/test_no_import_cycles.py": "reads the package's imports from its source",
     "tests/unit/test_load_package.py": "reads load/'s layout from its source",
+    "tests/unit/test_module_sizes.py": "counts the shells' lines",
     "tests/unit/test_readme.py": "reads the README's figures against core constants",
     # The load path on the real servers: ClickHouse and S3 see the same statements and requests on every
     # Airflow (the goldens record them); Airflow's part of each load is the operator's entry, checked above.
@@ -82,6 +84,7 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/integration/test_ledger_chunks.py": "chunked ledger loads killed and resumed, on the servers",
     "tests/integration/test_ledger_histories.py": "ledger histories against ClickHouse's read of S3",
     "tests/integration/test_ledger_model.py": "the ledger against its model, on the servers",
+    "tests/integration/test_ledger_heartbeat.py": "heartbeats and stale claims on the servers (loads killed)",
     "tests/integration/test_ledger_partitions.py": "replace_partitions with the ledger, on the servers",
     "tests/integration/test_local_cli.py": "s3ch-local's processes (no Airflow)",
     "tests/integration/test_memory_replan.py": "smaller plans after the server's memory error",
