@@ -20,8 +20,8 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
