@@ -115,17 +115,24 @@ def stop_node(stack: LocalStack) -> None:
             proc.wait(timeout=30)
 
 
-def airflow_figures(airflow: Airflow) -> dict[str, Any]:
-    """The DAG's task tries (each task instance's ``try_number``: the tries it started) and states."""
+def airflow_figures(airflow: Airflow, tries: bool = False) -> dict[str, Any]:
+    """The DAG's task tries (each task instance's ``try_number``: the tries it started) and states; with
+    ``tries``, each try (its run's type, number, state and start), in the order they started."""
     current = airflow.db("SELECT try_number, state FROM task_instance WHERE dag_id = ?", DAG_ID)
     earlier = airflow.db("SELECT state FROM task_instance_history WHERE dag_id = ?", DAG_ID)
     runs = Counter(f"{t}/{s}" for t, s in airflow.db("SELECT run_type, state FROM dag_run WHERE dag_id = ?", DAG_ID))
-    return {
+    figures: dict[str, Any] = {
         "task_instances": len(current), "task_tries": sum(t for t, _ in current),
         "max_try": max((t for t, _ in current), default=0),
         "task_states": dict(Counter(str(s) for _, s in current)),
         "earlier_try_states": dict(Counter(str(s) for (s,) in earlier)), "runs": dict(runs),
     }  # fmt: skip
+    if tries:
+        each = [f"SELECT r.run_type, t.try_number, t.state, t.start_date FROM {table} t JOIN dag_run r "
+                "ON r.dag_id = t.dag_id AND r.run_id = t.run_id WHERE t.dag_id = ?"
+                for table in ("task_instance_history", "task_instance")]  # fmt: skip
+        figures["tries"] = [list(row) for row in airflow.db(" UNION ALL ".join(each) + " ORDER BY 4", DAG_ID, DAG_ID)]
+    return figures
 
 
 def engine_checks(stack: LocalStack, options: LiveOptions) -> dict[str, Any]:
@@ -258,7 +265,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
         result: LiveResult = run_live(stack, options, home=Path(home), say=say, faults=faults)
         tracker, airflow = trackers[0], airflows[0]
-        figures = {**airflow_figures(airflow), **engine_checks(stack, options)}
+        figures = {**airflow_figures(airflow, tries=True), **engine_checks(stack, options)}
         _, inserts_logged = count_runs_and_inserts(stack, airflow)
     last_put = max(tracker.put_at.values())
     drained = not tracker.waiting()
@@ -284,7 +291,8 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         down = [s for s in hook.samples if s["clickhouse"] == "down"]
         out.update({
             "outage_s": args.outage, "samples": hook.samples,
-            "tries_during_outage": down[-1]["task_tries"] if down else 0,
+            # the tries started while the node was down (the first sample's are from before the outage)
+            "tries_during_outage": down[-1]["task_tries"] - down[0]["task_tries"] if down else 0,
             "lag_at_restart_s": down[-1]["lag_s"] if down else None,
             "lag_rising": len(down) > 1 and all(b["lag_s"] >= a["lag_s"] for a, b in zip(down, down[1:], strict=False)),
             "drain_after_restart_s": round(max(tracker.seen_at.values()) - hook.up_at, 1)
@@ -354,6 +362,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print("\n" + table(list(results.values())))
+    for r in results.values():
+        if r["files_held_by_claims"]:
+            print(f"{r['scenario']}: {r['files_held_by_claims']} file(s) still held by the claims of killed task "
+                  "processes (a claim stays live until claim_timeout without a query or staging table of its load)")
     print(f"\nwritten: {args.out}")
     return 0 if all(r["ok"] for r in results.values()) else 1
 
