@@ -8,7 +8,10 @@ fills). Two scenarios, each on a fresh stack and a fresh Airflow:
 - ``crashes``: ``--files`` small CSV files (2,000) put at ``--interval`` (0.1 s) while, at seeded random points
   (``--seed``), the triggerer, the scheduler (its LocalExecutor's task processes die with it), a task process
   (``airflow worker -- …``, killed while it runs) and the ClickHouse node are SIGKILLed and started again,
-  ``--kills`` in all (24: each kind 6 times); then the files still unloaded are waited for.
+  ``--kills`` in all (24: each kind 6 times); then the files still unloaded are waited for. A killed scheduler's
+  running task instances stay ``running`` until a scheduler resets them as orphans, every
+  ``--orphaned-tasks-check`` seconds (Airflow's ``[scheduler] orphaned_tasks_check_interval``, 300 s by default,
+  30 s here); with ``max_active_runs=1`` the DAG's next run waits for that.
 - ``backpressure``: the ClickHouse node stopped for ``--outage`` seconds (600) while ``--files`` files (5,000)
   land, then started again: the task's tries (Airflow's ``task_instance``) and the lag are sampled during the
   outage, the inserts and the files each one read are counted after it.
@@ -245,6 +248,7 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         table=f"default.faults_{name}", files=files, interval=interval, rows_per_file=args.rows_per_file,
         listing_poll=args.listing_poll, safety_net=args.safety_net, max_files_per_load=args.max_files_per_load,
         report_every=args.report_every, drain_timeout=args.drain_timeout, queue=f"s3ch-faults-{name}",
+        airflow_env={"AIRFLOW__SCHEDULER__ORPHANED_TASKS_CHECK_INTERVAL": str(args.orphaned_tasks_check)},
     )  # fmt: skip
     say = lambda line: print(f"[{name}] {line}", flush=True)  # noqa: E731
     hook: Crashes | Outage
@@ -273,7 +277,8 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {
         "scenario": name, "files": files, "interval_s": round(interval, 3), "rows_per_file": args.rows_per_file,
         "max_files_per_load": args.max_files_per_load, "listing_poll_s": args.listing_poll,
-        "safety_net": args.safety_net, "files_put": summary["files_put"], "files_loaded": summary["files_loaded"],
+        "safety_net": args.safety_net, "orphaned_tasks_check_interval_s": args.orphaned_tasks_check,
+        "files_put": summary["files_put"], "files_loaded": summary["files_loaded"],
         "rows": summary["rows"], "exactly_once": summary["exactly_once"], "missing": summary["missing"],
         "doubled": summary["doubled"], "drained": drained,
         "drain_after_last_put_s": round(max(tracker.seen_at.values()) - last_put, 1) if drained else None,
@@ -341,6 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-files-per-load", type=int, default=1000, help="the DAG's max_files_per_load (1000)")
     parser.add_argument("--listing-poll", type=float, default=60.0, help="the listing watcher's seconds between looks")
     parser.add_argument("--safety-net", default="* * * * *", help="the DAG's time schedule (every minute)")
+    parser.add_argument("--orphaned-tasks-check", type=float, default=30.0,
+                        help="Airflow's [scheduler] orphaned_tasks_check_interval (30 s; Airflow's default 300 s): how "
+                        "soon a restarted scheduler fails the running tasks of the one killed, which hold the DAG's "
+                        "one active run meanwhile")  # fmt: skip
     parser.add_argument("--drain-timeout", type=float, default=900.0,
                         help="after the last put (and the last fault), how long to wait for unloaded files (900 s)")
     parser.add_argument("--report-every", type=float, default=10.0, help="seconds between progress lines (10)")

@@ -59,6 +59,7 @@ class LiveOptions:
     drain_timeout: float = 120.0  #: after the last put, how long to wait for the files still unloaded
     start_timeout: float = 300.0  #: how long Airflow may take to run the watchers
     queue: str = "s3ch-live-landing"
+    airflow_env: dict[str, str] = field(default_factory=dict)  #: more Airflow settings (``AIRFLOW__…``)
 
 
 @dataclass
@@ -157,6 +158,7 @@ def start_airflow(stack: LocalStack, home: Path, options: LiveOptions, queue_url
         "S3CH_CONTINUOUS_STRUCTURE": STRUCTURE,
         "S3CH_CONTINUOUS_MAX_FILES": str(options.max_files_per_load),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        **options.airflow_env,
     }, dags_folder=dags)  # fmt: skip
     airflow.migrate()
     airflow.start(*COMPONENTS)
