@@ -168,7 +168,8 @@ def engine_checks(stack: LocalStack, options: LiveOptions) -> dict[str, Any]:
 
 class Crashes:
     """The ``faults`` hook of the crashes scenario: fires each planned kill once its time (seconds after the first
-    put) has come; a task process kill waits for a task to run; the puts wait while the node restarts."""
+    put) has come; a task process kill waits for a task to run (the later kills go on meanwhile); the puts wait
+    while the node restarts."""
 
     def __init__(self, stack: LocalStack, plan: list[tuple[float, str]], say: Any) -> None:
         self.stack, self.pending, self.say = stack, list(plan), say
@@ -181,17 +182,20 @@ class Crashes:
             self.t0 = min(tracker.put_at.values())
         if not self.pending:
             return False
-        at, kind = self.pending[0]
         now = time.monotonic() - self.t0
-        if now < at:
+        # the first kill due that can be made now: a task process kill waits for a task to run, the others go on
+        tasks = task_processes(airflow) if any(k == "worker" and at <= now for at, k in self.pending) else []
+        due = [(at, kind) for at, kind in self.pending if at <= now and (kind != "worker" or tasks)]
+        if not due:
             return True
+        at, kind = due[0]
         what = kind
         if kind == "worker":
-            tasks = task_processes(airflow)
-            if not tasks:
-                return True  # no task runs now: the next look tries again
-            what = " ".join(tasks[0].cmdline())
-            tasks[0].kill()
+            try:
+                what = " ".join(tasks[0].cmdline())
+                tasks[0].kill()
+            except psutil.Error:
+                return True  # it ended meanwhile: the next look tries again
         elif kind == "clickhouse":
             self.inserts_logged += count_runs_and_inserts(self.stack, airflow)[1]
             # In this thread: the node dies with the thread that started it. The puts wait meanwhile (seconds)
@@ -200,7 +204,7 @@ class Crashes:
         else:
             kill_component(airflow, kind)
             airflow.start(kind)
-        self.pending.pop(0)
+        self.pending.remove((at, kind))
         self.done.append({"kind": kind, "planned_s": at, "at_s": round(now, 1), "files_put": len(tracker.put_at)})
         self.say(f"  kill {len(self.done)}: {what} at {now:.1f} s (planned {at:.1f} s), {len(tracker.put_at)} put")
         return True
