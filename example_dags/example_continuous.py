@@ -79,7 +79,11 @@ with DAG(
     start_date=datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
     catchup=False,
     max_active_runs=1,
-    default_args={"retries": 3, "retry_delay": datetime.timedelta(seconds=10)},
+    # While ClickHouse is down the run's task retries with a growing delay (10 s, 20 s, ... at most 5 min: about
+    # 20 min in all) rather than every 10 s; the events that land meanwhile wait (max_active_runs=1) and the
+    # next run takes them all, in inserts of at most max_files_per_load files.
+    default_args={"retries": 8, "retry_delay": datetime.timedelta(seconds=10), "retry_exponential_backoff": True,
+                  "max_retry_delay": datetime.timedelta(minutes=5)},
     tags=["s3ch", "example", "continuous"],
 ) as dag:
     S3ToClickHouseOperator(

@@ -14,14 +14,18 @@ table exactly once, the DAG's runs and the inserts; then everything stops.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import shutil
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from clickhouse_driver.errors import Error as ClickHouseError
 
 from airflow_provider_s3ch.core.history import TAG_PREFIX
 from airflow_provider_s3ch.local.airflow import COMPONENTS, Airflow, wait_for
@@ -55,6 +59,7 @@ class LiveOptions:
     drain_timeout: float = 120.0  #: after the last put, how long to wait for the files still unloaded
     start_timeout: float = 300.0  #: how long Airflow may take to run the watchers
     queue: str = "s3ch-live-landing"
+    airflow_env: dict[str, str] = field(default_factory=dict)  #: more Airflow settings (``AIRFLOW__…``)
 
 
 @dataclass
@@ -113,8 +118,12 @@ class Tracker:
         self.put_at[n] = time.monotonic()
 
     def look(self) -> None:
-        """Read each file's row count; a file is readable once all its rows are."""
-        rows = self.ch.execute(f"SELECT file, count() FROM {self.options.table} GROUP BY file")
+        """Read each file's row count; a file is readable once all its rows are. While the node is down (a
+        fault injected on purpose) the last counts stand."""
+        try:
+            rows = self.ch.execute(f"SELECT file, count() FROM {self.options.table} GROUP BY file")
+        except (ClickHouseError, OSError, EOFError):
+            return
         now = time.monotonic()
         self.counts = {int(f): int(c) for f, c in rows}
         for n, count in self.counts.items():
@@ -149,6 +158,7 @@ def start_airflow(stack: LocalStack, home: Path, options: LiveOptions, queue_url
         "S3CH_CONTINUOUS_STRUCTURE": STRUCTURE,
         "S3CH_CONTINUOUS_MAX_FILES": str(options.max_files_per_load),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+        **options.airflow_env,
     }, dags_folder=dags)  # fmt: skip
     airflow.migrate()
     airflow.start(*COMPONENTS)
@@ -200,9 +210,12 @@ def count_runs_and_inserts(stack: LocalStack, airflow: Airflow) -> tuple[dict[st
     return dict(runs), int(inserts)
 
 
-def feed(tracker: Tracker, options: LiveOptions, say: Any) -> None:
+def feed(tracker: Tracker, options: LiveOptions, say: Any, tick: Callable[[], bool] | None = None) -> None:
     """Put a file every ``interval`` seconds (for ``seconds``, or ``files`` files), looking at the table every
-    ``poll`` seconds and printing a line every ``report_every``; then wait for the files not loaded yet."""
+    ``poll`` seconds and printing a line every ``report_every``; then wait for the files not loaded yet.
+
+    :param tick: called at every look (faults injected between puts); while it returns True the feed does not end.
+    """
     total = options.files if options.files is not None else max(1, int(options.seconds / options.interval))
     started = time.monotonic()
     next_put, next_report, n, last_put = started, started + options.report_every, 0, None
@@ -214,11 +227,13 @@ def feed(tracker: Tracker, options: LiveOptions, say: Any) -> None:
             next_put += options.interval
             if n == total:
                 last_put = time.monotonic()
+        busy = tick() if tick is not None else False
         tracker.look()
         if time.monotonic() >= next_report:
             say(tracker.line(started))
             next_report += options.report_every
-        if last_put is not None and (not tracker.waiting() or time.monotonic() - last_put > options.drain_timeout):
+        done = not tracker.waiting() and not busy
+        if last_put is not None and (done or time.monotonic() - last_put > options.drain_timeout):
             say(tracker.line(started))
             return
         time.sleep(max(0.0, min(options.poll, next_put - time.monotonic() if n < total else options.poll)))
@@ -230,6 +245,7 @@ def run_live(
     home: Path | None = None,
     say: Any = print,
     stop_on: tuple[type[BaseException], ...] = (KeyboardInterrupt,),
+    faults: Callable[[Airflow, Tracker], bool] | None = None,
 ) -> LiveResult:
     """The live run on a started ``stack``: queue, table, Airflow, the feed, the figures; Airflow stopped at the end.
 
@@ -237,6 +253,8 @@ def run_live(
     :param say: prints a line.
     :param stop_on: the exceptions that end the feed early (a stop signal's, Ctrl-C): the figures are then
         those of the files put so far, and the exception is raised again once Airflow has stopped.
+    :param faults: called at every look of the feed with Airflow and the tracker (``bench/continuous_faults.py``
+        kills processes there); while it returns True the feed goes on.
     """
     stack.create_bucket(options.bucket)
     queue_url = stack.notify_queue(options.bucket, options.queue, prefix=options.prefix) if options.sqs else None
@@ -259,7 +277,7 @@ def run_live(
         say(f"Airflow is up, its watchers running ({time.monotonic() - t0:.0f} s); putting a file every "
             f"{options.interval:g} s into s3://{options.bucket}/{options.prefix}")  # fmt: skip
         try:
-            feed(tracker, options, say)
+            feed(tracker, options, say, None if faults is None else functools.partial(faults, airflow, tracker))
         except stop_on as stop:
             stopped = stop
             result.stopped_by = str(stop) or type(stop).__name__
