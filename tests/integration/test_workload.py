@@ -136,9 +136,10 @@ def test_concurrent_loads_are_admitted_by_their_caps_and_report_their_wait(
     # The server never admitted more than the workload allows: one 2 GiB load in 3 GiB at a time.
     assert max(n for n, _ in sampler.admitted) == 1, sorted(set(sampler.admitted))
     assert max(held for _, held in sampler.admitted) == 2 * GiB <= MAX_MEMORY
-    # The sampler saw each load run, with its reservation, and never the three together.
+    # What the sampler saw run were these loads, with their reservation, never the three together. (Which of them
+    # it caught between two samples is the machine's scheduling: a busy machine may miss a short one.)
     seen = {query_id for rows in sampler.running for query_id, _ in rows}
-    assert seen == {r["query_id"] for r in results.values()}
+    assert seen and seen <= {r["query_id"] for r in results.values()}
     assert {reserve for rows in sampler.running for _, reserve in rows} == {str(2 * GiB)}
     assert max(len(rows) for rows in sampler.running) < 3
     # Each load waited in the queue, behind the blocker or another load: the server's own figure says so.
