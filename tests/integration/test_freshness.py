@@ -12,7 +12,7 @@ from airflow_provider_s3ch.compat import AIRFLOW_3
 from airflow_provider_s3ch.core.events import EventFile, payloads
 from airflow_provider_s3ch.local import LocalStack
 from tests.integration.faults import fingerprint
-from tests.integration.test_ledger import BUCKET, Files, _ledger_run, new_files
+from tests.integration.test_ledger import BUCKET, Files, _ledger_run, bucket, new_files
 from tests.integration.test_run_from_events import clean_of, triggered_by, versions
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not AIRFLOW_3, reason="asset events: Airflow 3")]
@@ -20,10 +20,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.skipif(not AIRFLOW_3, reason=
 HOURS_2 = 7200.0
 
 
-@pytest.fixture(scope="module")
-def bucket(stack: LocalStack) -> str:
-    stack.create_bucket(BUCKET)
-    return BUCKET
+__all__ = ["bucket"]  # the module's bucket fixture, test_ledger's
 
 
 @pytest.fixture

@@ -18,15 +18,12 @@ from airflow_provider_s3ch.hooks.s3_source import S3Source
 from airflow_provider_s3ch.local import LocalStack
 from tests.integration.faults import fingerprint
 from tests.integration.support import fake_context
-from tests.integration.test_ledger import BUCKET, STRUCTURE, Files, new_files
+from tests.integration.test_ledger import BUCKET, STRUCTURE, Files, bucket, new_files
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not AIRFLOW_3, reason="asset watchers: Airflow 3")]
 
 
-@pytest.fixture(scope="module")
-def bucket(stack: LocalStack) -> str:
-    stack.create_bucket(BUCKET)
-    return BUCKET
+__all__ = ["bucket"]  # the module's bucket fixture, test_ledger's
 
 
 @pytest.fixture
