@@ -209,6 +209,17 @@ def is_s3_refusal(code: int | None, message: str) -> bool:
     return code == S3_ERROR and bool(_S3_REFUSED.search(message)) and not _S3_TRANSIENT.search(message)
 
 
+#: ``TOO_MANY_PARTS`` (252) also names an insert block that touches more partitions than
+#: ``max_partitions_per_insert_block`` (100) allows: the same files make the same blocks, so a retry fails alike.
+TOO_MANY_PARTS = 252
+_TOO_MANY_PARTITIONS = "Too many partitions for single INSERT block"
+
+
+def is_too_many_partitions(code: int | None, message: str) -> bool:
+    """Whether a server error is an insert block over ``max_partitions_per_insert_block``, not parts throttling."""
+    return code == TOO_MANY_PARTS and _TOO_MANY_PARTITIONS.lower() in message.lower()
+
+
 def classify_server_error(code: int | None, message: str = "") -> ServerErrorClass:
     """How to treat a ClickHouse error with this code and message.
 
@@ -223,6 +234,13 @@ def classify_server_error(code: int | None, message: str = "") -> ServerErrorCla
     if is_query_memory_limit(code, message):
         return ServerErrorClass(
             "terminal", "the load hit its own memory limit (max_memory_usage): raise memory_cap or lower the threads"
+        )
+    if is_too_many_partitions(code, message):
+        return ServerErrorClass(
+            "terminal",
+            "an insert block holds rows of more partitions than max_partitions_per_insert_block (100) allows: the "
+            "files mix many partitions; set max_partitions_per_insert_block in settings (0: no limit) or use a "
+            "coarser partition key; a retry of the same files fails alike",
         )
     if code is None:
         return ServerErrorClass("transient", "no error code")

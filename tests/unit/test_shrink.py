@@ -76,3 +76,12 @@ def test_the_query_memory_limit_is_told_from_the_servers_in_both_wordings() -> N
     assert is_query_memory_limit(241, new) and is_query_memory_limit(241, old)
     assert not is_query_memory_limit(241, server) and not is_query_memory_limit(62, new)
     assert classify_server_error(241, new).kind == "terminal" and classify_server_error(241, server).kind == "transient"
+
+
+def test_an_insert_block_over_the_partition_limit_is_terminal_and_says_which_setting() -> None:
+    message = ("Code: 252. DB::Exception: Too many partitions for single INSERT block (more than 100). The limit is "
+               "controlled by 'max_partitions_per_insert_block' setting.")
+    refused = classify_server_error(252, message)
+    assert refused.kind == "terminal" and "max_partitions_per_insert_block" in refused.hint
+    throttled = classify_server_error(252, "Code: 252. DB::Exception: Too many parts (3001). Merges are processing")
+    assert throttled.kind == "transient" and "merges" in throttled.hint
