@@ -101,12 +101,13 @@ class Planned:
 
 
 def run_operator(stack: Any, client: Any, ds: Dataset, table: str, cfg: Config, memory_cap: str | None = None,
-                 ready: bool = True) -> dict[str, Any]:
+                 ready: bool = True, settings: dict[str, Any] | None = None) -> dict[str, Any]:
     """Variant (c): ``S3ToClickHouseOperator(...).execute(context)``; its figures from query_log."""
     from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 
     op = S3ToClickHouseOperator(
-        task_id="load", s3_uri=ds.s3_uri, table=f"{DATABASE}.{table}", memory_cap=memory_cap
+        task_id="load", s3_uri=ds.s3_uri, table=f"{DATABASE}.{table}", memory_cap=memory_cap,
+        settings=settings or None,
     )
     context = fake_context(f"bench-{uuid.uuid4().hex[:10]}")
     query_id = str(op.query_id(context))
@@ -125,6 +126,7 @@ def run_operator(stack: Any, client: Any, ds: Dataset, table: str, cfg: Config, 
     out["operator_overhead_s"] = round(result["wall_ms"] / 1000 - result["duration_ms"] / 1000, 3) if result else None
     out["settings"] = result.get("settings", {})
     out["settings_reasons"] = result.get("settings_reasons", {})
+    out["phases_ms"] = result.get("phases_ms")
     out["memory_steps"] = [a.get("step") for a in result.get("memory_attempts") or []]
     if ready and out["ok"]:
         out.update(wait_ready(client, DATABASE, table, cfg.ready_timeout_s))

@@ -1,0 +1,284 @@
+"""The size ladder: the plan against a grid and ClickHouse's defaults at the sizes users load.
+
+``python -m bench.ladder [--sizes 100MB,1GB] [--formats parquet,csv.gz] [--partitions 1,12,120]``
+
+Each rung is one dataset (Stack Overflow-like posts, :mod:`bench.datasets`) of ``--files`` files spanning
+120 months, in Parquet (snappy) or gzip'd CSV; the same rows give about the same bytes in both formats
+(~3,700 rows a MB). Each rung is loaded into three tables that differ only in the partition key:
+
+- ``120``: ``toYYYYMM(CreationDate)`` (monthly, as the guide's posts table);
+- ``12``: ``toStartOfInterval(CreationDate, INTERVAL 10 MONTH)``;
+- ``1``: ``tuple()``.
+
+At each point (rung x partitions), one round, interleaved, each load into a fresh table:
+
+- ``defaults``: ``INSERT … SELECT * FROM s3(…)`` with no settings (what a user writes);
+- ``plan``: the same statement with the plan's settings (``make_plan`` for that table and these files);
+- the grid: the plan's settings with ``max_insert_threads`` x ``min_insert_block_size_bytes`` of
+  :data:`GRID`, and with ClickHouse's default download buffer instead of the plan's (``*-buf10``);
+- ``operator``: ``S3ToClickHouseOperator(...).execute`` (listing, plan, staging table, insert, publish,
+  figures), its wall time against ``defaults``' client wall time.
+
+Per load: the insert's ``query_duration_ms`` and ``memory_usage`` (``system.query_log``). Per point: the
+fastest load whose peak fits the plan's budget, the plan against it (within 5 %?), the lightest load within
+5 % of the fastest, and whether the plan's extra memory over the defaults bought >= 5 % speed. Writes
+``bench/results/ladder.json`` (``--out``), a markdown table (``ladder.md``) and ``ladder.png`` (speed
+against peak memory per point, the plan marked) next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
+
+from bench.common import BUCKET, DATABASE, Config, Planned, run_operator
+from bench.datasets import DatasetSpec, RowPool, node_files_dir, write_dataset
+from bench.measure import new_table, run_sql_insert
+
+MiB = 1024 * 1024
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench" / "results" / "ladder.json"
+
+#: Rows a rung of each size holds (~3,700 posts a MB in either format).
+ROWS = {"10MB": 37_000, "100MB": 370_000, "1GB": 3_700_000, "3GB": 11_100_000, "10GB": 37_000_000}
+
+#: Months the data spans: 120 monthly partitions at most.
+MONTHS = 120
+
+#: The partition keys, by partition count.
+PARTITION_KEYS = {
+    120: "toYYYYMM(CreationDate)",
+    12: "toStartOfInterval(CreationDate, INTERVAL 10 MONTH)",
+    1: "tuple()",
+}
+
+#: (label, max_insert_threads, min_insert_block_size_bytes, ClickHouse's default download buffer?)
+GRID = (
+    ("t1-256M", 1, 256 * MiB, False),
+    ("t2-64M", 2, 64 * MiB, False),
+    ("t2-256M", 2, 256 * MiB, False),
+    ("t2-1G", 2, 1024 * MiB, False),
+    ("t2-64M-buf10", 2, 64 * MiB, True),
+    ("t2-256M-buf10", 2, 256 * MiB, True),
+)
+
+#: Every load (the defaults' statement and the operator's too) lifts ClickHouse's limit of 100 partitions an
+#: insert block may touch: a block of 100 MB of posts spans all 120 months, and without it no load of the
+#: 120-partition table runs at all. It is the one setting a user has to add to the statement for this table.
+COMMON = {"max_partitions_per_insert_block": 0}
+
+#: Speed the plan may give up against the fastest point that fits, and the least gain extra memory must buy.
+TOLERANCE = 0.05
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def ddl_for(partitions: int) -> Any:
+    from airflow_provider_s3ch.local.sample import posts_ddl
+
+    def ddl(table: str) -> str:
+        return posts_ddl(table).replace("PARTITION BY toYYYYMM(CreationDate)",
+                                        f"PARTITION BY {PARTITION_KEYS[partitions]}")
+
+    return ddl
+
+
+def grid_settings(plan: dict[str, Any], threads: int, block: int, default_buffer: bool) -> dict[str, Any]:
+    settings = dict(plan, max_insert_threads=threads, min_insert_block_size_bytes=block)
+    if default_buffer:
+        settings.pop("max_download_buffer_size", None)
+    return settings
+
+
+def judge(loads: list[dict[str, Any]], budget: int) -> dict[str, Any]:
+    """The point's verdict: the plan against the fastest load that fits the budget and against the defaults."""
+    by = {x["label"]: x for x in loads if x.get("ok")}
+    plan, defaults = by.get("plan"), by.get("defaults")
+    points = [x for x in by.values() if x["label"] != "operator" and x["peak_memory"] <= budget]
+    if not plan or not defaults or not points:
+        return {"complete": False}
+    fastest = min(points, key=lambda x: x["duration_s"])
+    near = [x for x in points if x["duration_s"] <= (1 + TOLERANCE) * fastest["duration_s"]]
+    lightest = min(near, key=lambda x: x["peak_memory"])
+    speedup = defaults["duration_s"] / plan["duration_s"]
+    extra_memory = plan["peak_memory"] > defaults["peak_memory"]
+    out = {
+        "complete": True,
+        "fastest": fastest["label"],
+        "plan_vs_fastest": round(plan["duration_s"] / fastest["duration_s"], 3),
+        "plan_within_5pct": plan["duration_s"] <= (1 + TOLERANCE) * fastest["duration_s"],
+        "lightest_within_5pct": lightest["label"],
+        "plan_speedup_over_defaults": round(speedup, 3),
+        "plan_memory_over_defaults": round(plan["peak_memory"] / max(1, defaults["peak_memory"]), 3),
+        "memory_ok": (not extra_memory) or speedup >= 1 + TOLERANCE,
+    }
+    operator = by.get("operator")
+    if operator and defaults.get("client_wall_s"):
+        out["operator_end_to_end_vs_defaults"] = round(defaults["client_wall_s"] / operator["task_wall_s"], 3)
+        out["operator_around_insert_s"] = round(operator["task_wall_s"] - operator["duration_s"], 3)
+    return out
+
+
+def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config) -> dict[str, Any]:
+    client = stack.clickhouse_client(send_receive_timeout=3600)
+    ddl = ddl_for(partitions)
+    tag = f"{ds.spec.name}_p{partitions}"
+    probe = new_table(client, DATABASE, ddl, f"{tag}_probe")
+    try:
+        planned = Planned(stack, ds, probe)
+    finally:
+        client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{probe}` SYNC")
+    plan = dict(planned.settings)
+    runs: list[tuple[str, dict[str, Any] | None]] = [("defaults", dict(COMMON)), ("plan", {**plan, **COMMON})]
+    runs += [(label, {**grid_settings(plan, t, b, d), **COMMON}) for label, t, b, d in GRID]
+    runs.append(("operator", None))
+    loads = []
+    for label, settings in runs:
+        table = new_table(client, DATABASE, ddl, f"{tag}_{label.replace('-', '_')}")
+        try:
+            if settings is None:
+                r = run_operator(stack, client, ds, table, cfg, ready=False, settings=COMMON)
+            else:
+                r = run_sql_insert(client, DATABASE, table, planned.source, settings, ready=False)
+        finally:
+            client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
+        r["label"] = label
+        if label not in ("plan", "operator"):
+            r.pop("settings", None)
+        loads.append({k: v for k, v in r.items() if k not in ("settings_reasons", "query_id")})
+        log(f"{tag} {label:>14}: {r['duration_s']:7.2f} s  peak {r['peak_memory'] / MiB:7.0f} MiB"
+            + (f"  task {r['task_wall_s']} s" if settings is None else f"  wall {r.get('client_wall_s')} s")
+            + ("" if r["ok"] else f"  FAILED {str(r.get('error'))[:160]}"))
+    verdict = judge(loads, planned.plan.budget_bytes)
+    log(f"{tag}: {verdict}")
+    return {"rung": ds.spec.name, "format": ds.spec.fmt, "files": len(ds.keys), "bytes": ds.bytes,
+            "partitions": partitions, "rows": ds.spec.rows, "budget_bytes": planned.plan.budget_bytes,
+            "plan_settings": plan, "plan_reasons": planned.plan.settings.reasons, "loads": loads,
+            "verdict": verdict}
+
+
+def _cell(by: dict[str, dict[str, Any]], label: str) -> str:
+    x = by.get(label)
+    return f"{x['duration_s']:.2f} / {x['peak_memory'] / MiB:,.0f}" if x and x.get("ok") else "failed"
+
+
+#: How the plot draws a load: the plan, the defaults, a grid point.
+STYLES = {"plan": ("*", "tab:red", 160), "defaults": ("s", "black", 60)}
+GRID_STYLE = ("o", "tab:blue", 30)
+
+
+def report(out: dict[str, Any]) -> str:
+    lines = [
+        "| rung | format | partitions | defaults s / MiB | plan s / MiB | fastest fitting | plan / fastest "
+        "| plan memory / defaults | plan speed-up | operator end to end / defaults | around insert s |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for p in out["points"]:
+        by = {x["label"]: x for x in p["loads"]}
+        v = p["verdict"]
+        lines.append(
+            f"| {p['rung']} ({p['bytes'] / 1e6:,.0f} MB) | {p['format']} | {p['partitions']} | {_cell(by, 'defaults')} "
+            f"| {_cell(by, 'plan')} | {v.get('fastest', '-')} | {v.get('plan_vs_fastest', '-')} "
+            f"| {v.get('plan_memory_over_defaults', '-')} | {v.get('plan_speedup_over_defaults', '-')} "
+            f"| {v.get('operator_end_to_end_vs_defaults', '-')} | {v.get('operator_around_insert_s', '-')} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(out: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = out["points"]
+    cols = 3
+    rows = -(-len(points) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
+    for ax, p in zip(axes.flat, points, strict=False):
+        for x in p["loads"]:
+            if not x.get("ok") or x["label"] == "operator":
+                continue
+            mb_s = p["bytes"] / 1e6 / x["duration_s"]
+            style = STYLES.get(x["label"], GRID_STYLE)
+            ax.scatter(x["peak_memory"] / MiB, mb_s, marker=style[0], c=style[1], s=style[2], zorder=3)
+            ax.annotate(x["label"], (x["peak_memory"] / MiB, mb_s), fontsize=6, xytext=(3, 3),
+                        textcoords="offset points")
+        ax.set_title(f"{p['rung']} {p['format']}, {p['partitions']} partitions", fontsize=8)
+        ax.set_xlabel("peak memory, MiB", fontsize=7)
+        ax.set_ylabel("file MB/s", fontsize=7)
+        ax.tick_params(labelsize=6)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(points):]:
+        ax.axis("off")
+    fig.suptitle("Speed against peak memory (red star: the plan; black square: ClickHouse's defaults)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.ladder", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100MB,1GB", help=f"rungs, of {', '.join(ROWS)} (100MB,1GB)")
+    parser.add_argument("--formats", default="parquet,csv.gz")
+    parser.add_argument("--partitions", default="1,12,120")
+    parser.add_argument("--files", type=int, default=20, help="files a rung is written as (20)")
+    parser.add_argument("--note", default="")
+    parser.add_argument("--out", type=Path, default=OUT)
+    args = parser.parse_args(argv)
+    sizes = [s for s in args.sizes.split(",") if s]
+    formats = [f for f in args.formats.split(",") if f]
+    partitions = [int(p) for p in args.partitions.split(",") if p]
+
+    import airflow_provider_s3ch.operators.s3_to_clickhouse  # noqa: F401 - one version for the whole run
+    from airflow_provider_s3ch.local import LocalStack
+
+    cfg = Config(mode="ladder", pool_rows_per_month=0, datasets=[], repeats=1, grid_threads=[], grid_blocks=[],
+                 caps=[], overhead_counts=[], ready_timeout_s=0.0)
+    out: dict[str, Any] = {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "machine": platform.platform(),
+                           "cores": os.cpu_count(), "note": args.note, "grid": [g[0] for g in GRID],
+                           "command": "python -m bench.ladder " + " ".join(argv if argv is not None else []),
+                           "points": []}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="s3ch-ladder-") as work, \
+            LocalStack(nodes=1, workdir=Path(work) / "stack") as stack, stack.environ():
+        client = stack.clickhouse_client()
+        client.execute(f"CREATE DATABASE IF NOT EXISTS `{DATABASE}`")
+        out["clickhouse"] = client.execute("SELECT version()")[0][0]
+        stack.create_bucket(BUCKET)
+        for size in sizes:
+            pool = RowPool(max(1, ROWS[size] // MONTHS))
+            for fmt in formats:
+                spec = DatasetSpec(f"ladder_{size.lower()}_{fmt.replace('.', '')}", fmt, ROWS[size], args.files,
+                                   f"{size} {fmt}, {args.files} files, {MONTHS} months")
+                ds = write_dataset(spec, pool, stack.s3_client(), BUCKET, node_files_dir(stack))
+                log(f"{spec.name}: {len(ds.keys)} files, {ds.bytes / 1e6:,.0f} MB written in {ds.write_seconds:.0f} s")
+                for p in partitions:
+                    out["points"].append(bench_point(stack, ds, p, cfg))
+                    args.out.write_text(json.dumps(out, indent=2, default=str) + "\n")
+                s3 = stack.s3_client()
+                for key in ds.keys:
+                    s3.delete_object(Bucket=BUCKET, Key=key)
+                shutil.rmtree(ds.local_dir, ignore_errors=True)
+            del pool
+    out["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    args.out.write_text(json.dumps(out, indent=2, default=str) + "\n")
+    table = report(out)
+    args.out.with_suffix(".md").write_text(table)
+    plot(out, args.out.with_suffix(".png"))
+    print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
