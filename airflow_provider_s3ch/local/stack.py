@@ -43,6 +43,10 @@ WORKLOAD = "loads"
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 
 
+#: The S3/SQS server's module: moto's server, its SQS message clock made cheap (:mod:`.moto_server`).
+MOTO_SERVER = "airflow_provider_s3ch.local.moto_server"
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -245,7 +249,7 @@ class LocalStack:
         if not self.s3_port:
             self.s3_port = free_port()
         self._s3_process = self._spawn(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.s3_port)],
+            [sys.executable, "-m", MOTO_SERVER, "-H", "127.0.0.1", "-p", str(self.s3_port)],
             self.workdir / "s3.log",
         )
         deadline = time.monotonic() + self.start_timeout
