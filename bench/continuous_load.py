@@ -4,8 +4,9 @@ The continuous example DAG (``example_dags/example_continuous.py``) under Airflo
 scheduler and triggerer, as ``s3ch-local live`` runs it (:mod:`airflow_provider_s3ch.local.live`), each scenario
 on a fresh stack and a fresh Airflow:
 
-- ``batching``: ``--batch-files`` files (10,000) of ~10 KB land within ``--batch-seconds`` (60), put by 8
-  threads at a steady pace, S3's notifications to SQS; ``max_files_per_load=1000``. Counted: the DAG's runs
+- ``batching``: ``--batch-files`` files (10,000) of ~10 KB land within ``--batch-seconds`` (60), put by
+  ``--batch-threads`` (8) threads at a steady pace, S3's notifications to SQS; ``max_files_per_load=1000``.
+  Counted: the DAG's runs
   (from events, from the time schedule), the inserts from S3 and the files each read (``system.query_log``),
   every file's rows exactly once, and the time from the last put to the last file's rows.
 - ``bad_notifications``: the bucket sends no notification; the benchmark sends them itself, as S3 would (the
@@ -112,7 +113,7 @@ def batching(args: argparse.Namespace) -> dict[str, Any]:
                 time.sleep(max(0.0, started + n * pace - time.monotonic()))
                 tracker.put(n)
 
-            with ThreadPoolExecutor(8) as pool:
+            with ThreadPoolExecutor(args.batch_threads) as pool:
                 list(pool.map(put, range(1, args.batch_files + 1)))
             landed = time.monotonic() - started
             last_put = max(tracker.put_at.values())
@@ -126,7 +127,8 @@ def batching(args: argparse.Namespace) -> dict[str, Any]:
     new_runs = {k: v - before.get(k, 0) for k, v in runs.items() if v - before.get(k, 0)}
     return {"scenario": "batching", "files": args.batch_files, "rows_per_file": rows,
             "file_bytes": len(f"{args.batch_files},{args.batch_files * 1_000_000 + rows},v{rows}\n") * rows,
-            "landed_in_s": round(landed, 1), "max_files_per_load": options.max_files_per_load,
+            "landed_in_s": round(landed, 1), "put_threads": args.batch_threads,
+            "max_files_per_load": options.max_files_per_load,
             "runs": new_runs, "runs_total": sum(new_runs.values()), "inserts": len(per_insert),
             "files_per_insert": per_insert, "drain_after_last_put_s": round(last_seen - last_put, 1),
             **once, "goals": {"inserts": 15, "runs": 10}}
@@ -191,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenarios", default="batching,bad_notifications")
     parser.add_argument("--batch-files", type=int, default=10_000)
     parser.add_argument("--batch-seconds", type=float, default=60.0)
+    parser.add_argument("--batch-threads", type=int, default=8, help="threads putting the batching files (8)")
     parser.add_argument("--batch-rows", type=int, default=500, help="rows a batching file holds (~10 KB)")
     parser.add_argument("--files", type=int, default=300, help="bad_notifications: files put")
     parser.add_argument("--interval", type=float, default=0.2, help="bad_notifications: seconds between puts")
