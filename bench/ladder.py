@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -130,7 +131,40 @@ def judge(loads: list[dict[str, Any]], budget: int) -> dict[str, Any]:
     return out
 
 
-def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config) -> dict[str, Any]:
+def _one_load(stack: Any, client: Any, ds: Any, ddl: Any, tag: str, label: str, settings: dict[str, Any] | None,
+              source: str, cfg: Config) -> dict[str, Any]:
+    """One load into a fresh table (dropped after): the operator's where ``settings`` is None."""
+    table = new_table(client, DATABASE, ddl, f"{tag}_{label.replace('-', '_')}")
+    try:
+        if settings is None:
+            r = run_operator(stack, client, ds, table, cfg, ready=False, settings=COMMON)
+        else:
+            r = run_sql_insert(client, DATABASE, table, source, settings, ready=False)
+    finally:
+        client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
+    return {k: v for k, v in r.items() if k not in ("settings_reasons", "query_id")}
+
+
+def _median(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A label's record: its median run by duration (its peak and figures), with every run's duration and peak."""
+    ok = [r for r in runs if r.get("ok")]
+    if not ok:
+        return {**runs[-1], "label": label, "runs": len(runs)}
+    chosen = sorted(ok, key=lambda r: r["duration_s"])[(len(ok) - 1) // 2]
+    out = {**chosen, "label": label, "runs": len(runs), "ok_runs": len(ok),
+           "durations_s": [r["duration_s"] for r in runs], "peaks": [r["peak_memory"] for r in runs],
+           "peak_memory": int(statistics.median(r["peak_memory"] for r in ok))}
+    for wall in ("client_wall_s", "task_wall_s"):  # end to end: the median of each run's own wall time
+        walls = [r[wall] for r in ok if r.get(wall) is not None]
+        if walls:
+            out[wall] = round(statistics.median(walls), 3)
+            out[f"{wall}_all"] = walls
+    if label not in ("plan", "operator"):
+        out.pop("settings", None)
+    return out
+
+
+def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config, repeats: int) -> dict[str, Any]:
     client = stack.clickhouse_client(send_receive_timeout=3600)
     ddl = ddl_for(partitions)
     tag = f"{ds.spec.name}_p{partitions}"
@@ -143,23 +177,18 @@ def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config) -> dict[str, 
     runs: list[tuple[str, dict[str, Any] | None]] = [("defaults", dict(COMMON)), ("plan", {**plan, **COMMON})]
     runs += [(label, {**grid_settings(plan, t, b, d), **COMMON}) for label, t, b, d in GRID]
     runs.append(("operator", None))
-    loads = []
-    for label, settings in runs:
-        table = new_table(client, DATABASE, ddl, f"{tag}_{label.replace('-', '_')}")
-        try:
-            if settings is None:
-                r = run_operator(stack, client, ds, table, cfg, ready=False, settings=COMMON)
-            else:
-                r = run_sql_insert(client, DATABASE, table, planned.source, settings, ready=False)
-        finally:
-            client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
-        r["label"] = label
-        if label not in ("plan", "operator"):
-            r.pop("settings", None)
-        loads.append({k: v for k, v in r.items() if k not in ("settings_reasons", "query_id")})
-        log(f"{tag} {label:>14}: {r['duration_s']:7.2f} s  peak {r['peak_memory'] / MiB:7.0f} MiB"
-            + (f"  task {r['task_wall_s']} s" if settings is None else f"  wall {r.get('client_wall_s')} s")
-            + ("" if r["ok"] else f"  FAILED {str(r.get('error'))[:160]}"))
+    rounds: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in runs}
+    for round_no in range(repeats):
+        shift = round_no % len(runs)  # each round starts elsewhere: drift in the machine's load hits all alike
+        for label, settings in runs[shift:] + runs[:shift]:
+            r = _one_load(stack, client, ds, ddl, tag, label, settings, planned.source, cfg)
+            rounds[label].append(r)
+            log(f"{tag} r{round_no + 1} {label:>14}: {r['duration_s']:7.2f} s  peak {r['peak_memory'] / MiB:7.0f} MiB"
+                + (f"  task {r['task_wall_s']} s" if settings is None else f"  wall {r.get('client_wall_s')} s")
+                + ("" if r["ok"] else f"  FAILED {str(r.get('error'))[:160]}"))
+    loads = [_median(label, rounds[label]) for label, _ in runs]
+    for load, (_, settings) in zip(loads, runs, strict=True):
+        load["same_settings_as_plan"] = settings == runs[1][1]
     verdict = judge(loads, planned.plan.budget_bytes)
     log(f"{tag}: {verdict}")
     return {"rung": ds.spec.name, "format": ds.spec.fmt, "files": len(ds.keys), "bytes": ds.bytes,
@@ -233,6 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--formats", default="parquet,csv.gz")
     parser.add_argument("--partitions", default="1,12,120")
     parser.add_argument("--files", type=int, default=20, help="files a rung is written as (20)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per point; medians (3)")
     parser.add_argument("--note", default="")
     parser.add_argument("--out", type=Path, default=OUT)
     args = parser.parse_args(argv)
@@ -264,7 +294,7 @@ def main(argv: list[str] | None = None) -> int:
                 ds = write_dataset(spec, pool, stack.s3_client(), BUCKET, node_files_dir(stack))
                 log(f"{spec.name}: {len(ds.keys)} files, {ds.bytes / 1e6:,.0f} MB written in {ds.write_seconds:.0f} s")
                 for p in partitions:
-                    out["points"].append(bench_point(stack, ds, p, cfg))
+                    out["points"].append(bench_point(stack, ds, p, cfg, args.repeats))
                     args.out.write_text(json.dumps(out, indent=2, default=str) + "\n")
                 s3 = stack.s3_client()
                 for key in ds.keys:
