@@ -17,7 +17,9 @@ At each point (rung x partitions), one round, interleaved, each load into a fres
 - the grid: the plan's settings with ``max_insert_threads`` x ``min_insert_block_size_bytes`` of
   :data:`GRID`, and with ClickHouse's default download buffer instead of the plan's (``*-buf10``);
 - ``operator``: ``S3ToClickHouseOperator(...).execute`` (listing, plan, staging table, insert, publish,
-  figures), its wall time against ``defaults``' client wall time.
+  figures), its wall time against ``defaults``' client wall time; ``operator-wide``: the same with its staging
+  table's parts in the target's own format (before small staging parts were written Compact), for the
+  publishing cost before and after.
 
 Per load: the insert's ``query_duration_ms`` and ``memory_usage`` (``system.query_log``). Per point: the
 fastest load whose peak fits the plan's budget, the plan against it (within 5 %?), the lightest load within
@@ -106,7 +108,7 @@ def judge(loads: list[dict[str, Any]], budget: int) -> dict[str, Any]:
     """The point's verdict: the plan against the fastest load that fits the budget and against the defaults."""
     by = {x["label"]: x for x in loads if x.get("ok")}
     plan, defaults = by.get("plan"), by.get("defaults")
-    points = [x for x in by.values() if x["label"] != "operator" and x["peak_memory"] <= budget]
+    points = [x for x in by.values() if not x["label"].startswith("operator") and x["peak_memory"] <= budget]
     if not plan or not defaults or not points:
         return {"complete": False}
     fastest = min(points, key=lambda x: x["duration_s"])
@@ -124,23 +126,31 @@ def judge(loads: list[dict[str, Any]], budget: int) -> dict[str, Any]:
         "plan_memory_over_defaults": round(plan["peak_memory"] / max(1, defaults["peak_memory"]), 3),
         "memory_ok": (not extra_memory) or speedup >= 1 + TOLERANCE,
     }
-    operator = by.get("operator")
-    if operator and defaults.get("client_wall_s"):
-        out["operator_end_to_end_vs_defaults"] = round(defaults["client_wall_s"] / operator["task_wall_s"], 3)
-        out["operator_around_insert_s"] = round(operator["task_wall_s"] - operator["duration_s"], 3)
+    for label, key in (("operator", "operator"), ("operator-wide", "operator_wide")):
+        operator = by.get(label)
+        if operator and defaults.get("client_wall_s"):
+            out[f"{key}_end_to_end_vs_defaults"] = round(defaults["client_wall_s"] / operator["task_wall_s"], 3)
+            out[f"{key}_around_insert_s"] = round(operator["task_wall_s"] - operator["duration_s"], 3)
+            out[f"{key}_publish_ms"] = (operator.get("phases_ms") or {}).get("complete")
     return out
 
 
 def _one_load(stack: Any, client: Any, ds: Any, ddl: Any, tag: str, label: str, settings: dict[str, Any] | None,
               source: str, cfg: Config) -> dict[str, Any]:
     """One load into a fresh table (dropped after): the operator's where ``settings`` is None."""
+    from airflow_provider_s3ch.core import recovery
+
     table = new_table(client, DATABASE, ddl, f"{tag}_{label.replace('-', '_')}")
+    compact = recovery.COMPACT_STAGING_BELOW
     try:
         if settings is None:
+            # operator-wide: the operator as it was before its staging tables wrote small parts Compact
+            recovery.COMPACT_STAGING_BELOW = None if label == "operator-wide" else compact
             r = run_operator(stack, client, ds, table, cfg, ready=False, settings=COMMON)
         else:
             r = run_sql_insert(client, DATABASE, table, source, settings, ready=False)
     finally:
+        recovery.COMPACT_STAGING_BELOW = compact
         client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
     return {k: v for k, v in r.items() if k not in ("settings_reasons", "query_id")}
 
@@ -159,6 +169,8 @@ def _median(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         if walls:
             out[wall] = round(statistics.median(walls), 3)
             out[f"{wall}_all"] = walls
+    if label.startswith("operator"):
+        out["publish_ms_all"] = [(r.get("phases_ms") or {}).get("complete") for r in ok]
     if label not in ("plan", "operator"):
         out.pop("settings", None)
     return out
@@ -176,7 +188,7 @@ def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config, repeats: int)
     plan = dict(planned.settings)
     runs: list[tuple[str, dict[str, Any] | None]] = [("defaults", dict(COMMON)), ("plan", {**plan, **COMMON})]
     runs += [(label, {**grid_settings(plan, t, b, d), **COMMON}) for label, t, b, d in GRID]
-    runs.append(("operator", None))
+    runs += [("operator", None), ("operator-wide", None)]
     rounds: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in runs}
     for round_no in range(repeats):
         shift = round_no % len(runs)  # each round starts elsewhere: drift in the machine's load hits all alike
@@ -210,8 +222,9 @@ GRID_STYLE = ("o", "tab:blue", 30)
 def report(out: dict[str, Any]) -> str:
     lines = [
         "| rung | format | partitions | defaults s / MiB | plan s / MiB | fastest fitting | plan / fastest "
-        "| plan memory / defaults | plan speed-up | operator end to end / defaults | around insert s |",
-        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "| plan memory / defaults | plan speed-up | operator end to end / defaults | around insert s "
+        "| publish ms (Wide staging → Compact) |",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---|",
     ]
     for p in out["points"]:
         by = {x["label"]: x for x in p["loads"]}
@@ -220,7 +233,8 @@ def report(out: dict[str, Any]) -> str:
             f"| {p['rung']} ({p['bytes'] / 1e6:,.0f} MB) | {p['format']} | {p['partitions']} | {_cell(by, 'defaults')} "
             f"| {_cell(by, 'plan')} | {v.get('fastest', '-')} | {v.get('plan_vs_fastest', '-')} "
             f"| {v.get('plan_memory_over_defaults', '-')} | {v.get('plan_speedup_over_defaults', '-')} "
-            f"| {v.get('operator_end_to_end_vs_defaults', '-')} | {v.get('operator_around_insert_s', '-')} |")
+            f"| {v.get('operator_end_to_end_vs_defaults', '-')} | {v.get('operator_around_insert_s', '-')} "
+            f"| {v.get('operator_wide_publish_ms', '-')} → {v.get('operator_publish_ms', '-')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -236,7 +250,7 @@ def plot(out: dict[str, Any], path: Path) -> None:
     fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.3 * rows), squeeze=False)
     for ax, p in zip(axes.flat, points, strict=False):
         for x in p["loads"]:
-            if not x.get("ok") or x["label"] == "operator":
+            if not x.get("ok") or x["label"].startswith("operator"):
                 continue
             mb_s = p["bytes"] / 1e6 / x["duration_s"]
             style = STYLES.get(x["label"], GRID_STYLE)
