@@ -33,15 +33,6 @@ from airflow_provider_s3ch.core.server_models import TableInfo
 #: Staging tables are ``<prefix><stem>`` in the target's database.
 STAGING_PREFIX = "_s3ch_stage_"
 
-#: A staging table whose partitions move (or are copied) into the target writes parts under this size in the
-#: Compact format (``min_bytes_for_wide_part``; ClickHouse's default is 10 MB): one file a part, not two a
-#: column. A load that touches many partitions makes many such parts: on 1 GB of Parquet into 120 monthly
-#: partitions (~140 parts of ~20 MB), Compact staging parts inserted in 5.85 s instead of 7.12 s with 15 % less
-#: memory, and moved into the target in 1.5 s instead of 2.0 s (medians of 3, docs/benchmarks.md). Parts this
-#: size merge into Wide ones in the target, by the target's own settings; bigger parts stay Wide. Not for
-#: ``overwrite`` (the staging table becomes the target) nor a target that sets its part format itself.
-COMPACT_STAGING_BELOW = 64 * 1024 * 1024
-
 #: The comment an ``overwrite`` staging table carries until it is swapped in; after
 #: ``EXCHANGE TABLES`` the target carries it, which tells a retry the swap happened.
 STAGING_MARKER = "s3ch staging table of "
@@ -238,8 +229,6 @@ class LoadSteps(BaseModel):
     finalize: Finalize = "none"
     reason: str
     warnings: list[str] = Field(default_factory=list)
-    #: ``min_bytes_for_wide_part`` of the staging table (:data:`COMPACT_STAGING_BELOW`); None: the target's.
-    compact_below: int | None = None
 
     @property
     def insert_into(self) -> TableRef:
@@ -333,7 +322,6 @@ def plan_steps(mode: str, table: TableInfo, stem: str) -> LoadSteps:
             staging=staging_table(table, stem),
             finalize="move",
             reason=f"staging table, then MOVE PARTITION into the target ({why})",
-            compact_below=_compact_below(table, "move"),
         )
     if not stageable:
         raise PlanError(f"mode={mode!r} cannot run: {why}; use mode='append' or target a local MergeTree table")
@@ -356,16 +344,7 @@ def plan_steps(mode: str, table: TableInfo, stem: str) -> LoadSteps:
         finalize=finalize,
         reason=reason,
         warnings=warnings,
-        compact_below=_compact_below(table, finalize),
     )
-
-
-def _compact_below(table: TableInfo, finalize: Finalize) -> int | None:
-    """The staging table's ``min_bytes_for_wide_part``: :data:`COMPACT_STAGING_BELOW` where its parts go into the
-    target (move, replace) and the target leaves its part format to the server's defaults."""
-    if finalize not in ("move", "replace") or table.sets_part_format:
-        return None
-    return COMPACT_STAGING_BELOW
 
 
 # ---------------------------------------------------------------------- retries

@@ -8,8 +8,6 @@ from airflow_provider_s3ch.core.server_models import TableInfo
 
 _INT_SETTING_RE = re.compile(r"\s*(?:auto\()?(\d+)\)?\s*")
 _DIST_ARGS_RE = re.compile(r"^Distributed\((.*)\)", re.S)
-#: A table's own SETTINGS that choose between Compact and Wide parts.
-_PART_FORMAT_RE = re.compile(r"\bSETTINGS\b.*\bmin_(?:bytes|rows)_for_wide_part\s*=", re.S)
 
 
 def parse_int_setting(value: object) -> int | None:
@@ -54,8 +52,7 @@ def table_info(
 ) -> TableInfo:
     """The target as ``system.tables`` describes it; for a Distributed table, what it points at."""
     info = TableInfo(
-        database=database, name=name, engine=engine, partition_key=partition_key, sorting_key=sorting_key,
-        sets_part_format=bool(_PART_FORMAT_RE.search(engine_full or "")),
+        database=database, name=name, engine=engine, partition_key=partition_key, sorting_key=sorting_key
     )
     m = _DIST_ARGS_RE.match(engine_full or "")
     if engine == "Distributed" and m:

@@ -45,9 +45,6 @@ class TableInfo(BaseModel):
     dependent_views: list[str] = Field(default_factory=list)
     #: False for a table the load will create (``create_table='if_missing'``): planned, not yet there.
     exists: bool = True
-    #: Whether the table's own SETTINGS choose its part format (``min_bytes_for_wide_part``,
-    #: ``min_rows_for_wide_part``): a staging table then keeps them (:data:`~.recovery.COMPACT_STAGING_BELOW`).
-    sets_part_format: bool = False
 
     @property
     def is_distributed(self) -> bool:

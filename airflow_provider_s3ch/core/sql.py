@@ -393,16 +393,13 @@ def scrub(text: str, credentials: S3Credentials | None) -> str:
 # Statements for the staging table that retry-safe modes load into (see staging.py).
 
 
-def render_create_staging(staging: TableRef, target: TableRef, *, compact_below: int | None = None) -> str:
+def render_create_staging(staging: TableRef, target: TableRef) -> str:
     """``CREATE TABLE staging AS target``: same columns, engine, partition key, ORDER BY, settings.
 
     :param staging: the staging table.
     :param target: the table whose structure it copies.
-    :param compact_below: ``SETTINGS min_bytes_for_wide_part = N`` on top of the target's settings: the staging
-        table writes parts under N bytes in the Compact format (one file a part).
     """
-    tail = f" SETTINGS min_bytes_for_wide_part = {int(compact_below)}" if compact_below else ""
-    return f"CREATE TABLE {render_table(staging)} AS {render_table(target)}{tail}"
+    return f"CREATE TABLE {render_table(staging)} AS {render_table(target)}"
 
 
 def render_drop_table(table: TableRef) -> str:

@@ -109,8 +109,7 @@ def prepare_statements(
     if staging_exists:  # a table of this name is only ever this task instance's (its stem)
         out.append(Statement(render_drop_table(staging), f"Dropped staging table {staging} left by an earlier try"))
     out.append(
-        Statement(render_create_staging(staging, steps.target, compact_below=steps.compact_below),
-                  f"Created staging table {staging} AS {steps.target}"))
+        Statement(render_create_staging(staging, steps.target), f"Created staging table {staging} AS {steps.target}"))
     if steps.marker is not None:
         out.append(Statement(render_set_comment(staging, steps.marker), ""))
     return out

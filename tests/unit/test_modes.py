@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.models import LoadRequest, TableRef
 from airflow_provider_s3ch.core.recovery import (
-    COMPACT_STAGING_BELOW,
     MARK_SETTING_CHARS,
     STAGING_PREFIX,
     EarlierTry,
@@ -25,7 +24,6 @@ from airflow_provider_s3ch.core.recovery import (
     staging_marker,
     staging_table,
 )
-from airflow_provider_s3ch.core.server import table_info
 from airflow_provider_s3ch.core.server_models import TableInfo
 from airflow_provider_s3ch.core.sql import (
     quote_literal,
@@ -221,8 +219,7 @@ def _steps(mode: str) -> LoadSteps:
 def test_prepare_creates_the_staging_table_and_marks_it_for_overwrite() -> None:
     stage = f"`db`.`{STAGING_PREFIX}{STEM}`"
     sql = [s.sql for s in prepare_statements(_steps("append"), staging_exists=False)]
-    # none there: nothing to drop; its small parts Compact, as they move into the target
-    assert sql == [f"CREATE TABLE {stage} AS `db`.`posts` SETTINGS min_bytes_for_wide_part = 67108864"]
+    assert sql == [f"CREATE TABLE {stage} AS `db`.`posts`"]  # none there: nothing to drop
     steps = prepare_statements(_steps("overwrite"), staging_exists=True)
     assert steps[0].sql == f"DROP TABLE IF EXISTS {stage} SYNC" and "left by an earlier try" in steps[0].note
     assert steps[-1].sql == f"ALTER TABLE {stage} MODIFY COMMENT '{staging_marker(STEM)}'"
@@ -231,20 +228,6 @@ def test_prepare_creates_the_staging_table_and_marks_it_for_overwrite() -> None:
     assert abandon_statements(direct) == []
     with pytest.raises(InvalidRequestError, match="no staging table"):
         prepare_statements(direct, staging_exists=False)
-
-
-def test_a_staging_table_writes_small_parts_compact_only_where_its_parts_go_into_the_target() -> None:
-    """move and replace copy parts into the target, which keeps its own settings; overwrite swaps the staging
-    table in (its settings would stay); a target that sets its part format keeps it for the staging table."""
-    assert _steps("append").compact_below == _steps("replace_partitions").compact_below == COMPACT_STAGING_BELOW
-    assert _steps("overwrite").compact_below is None
-    assert prepare_statements(_steps("overwrite"), staging_exists=False)[0].sql.endswith("AS `db`.`posts`")
-    own = MT.model_copy(update={"sets_part_format": True})
-    assert plan_steps("append", own, STEM).compact_below is None
-    assert table_info("db", "posts", "MergeTree", "", "", "MergeTree ORDER BY id SETTINGS min_bytes_for_wide_part = 0, "
-                      "index_granularity = 8192").sets_part_format
-    assert not table_info("db", "posts", "MergeTree", "", "", "MergeTree ORDER BY id SETTINGS index_granularity = 8192"
-                          ).sets_part_format
 
 
 def test_a_fresh_overwrite_after_an_unfinished_swap_puts_the_targets_comment_back_first() -> None:
