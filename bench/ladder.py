@@ -24,7 +24,7 @@ At each point (rung x partitions), one round, interleaved, each load into a fres
 Per load: the insert's ``query_duration_ms`` and ``memory_usage`` (``system.query_log``). Per point: the
 fastest load whose peak fits the plan's budget, the plan against it (within 5 %?), the lightest load within
 5 % of the fastest, and whether the plan's extra memory over the defaults bought >= 5 % speed. Writes
-``bench/results/ladder.json`` (``--out``), a markdown table (``ladder.md``) and ``ladder.png`` (speed
+``bench/results/ladder/ladder.json`` (``--out``), a markdown table (``ladder.md``) and ``ladder.png`` (speed
 against peak memory per point, the plan marked) next to it.
 """
 
@@ -49,7 +49,7 @@ from bench.measure import new_table, run_sql_insert
 
 MiB = 1024 * 1024
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "bench" / "results" / "ladder.json"
+OUT = ROOT / "bench" / "results" / "ladder" / "ladder.json"
 
 #: Rows a rung of each size holds (~3,700 posts a MB in either format).
 ROWS = {"10MB": 37_000, "100MB": 370_000, "1GB": 3_700_000, "3GB": 11_100_000, "10GB": 37_000_000}
@@ -282,7 +282,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per point; medians (3)")
     parser.add_argument("--note", default="")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--report", type=Path, help="re-render ladder.md and ladder.png from this JSON; load nothing")
     args = parser.parse_args(argv)
+    if args.report:
+        out = json.loads(args.report.read_text())
+        args.report.with_suffix(".md").write_text(report(out))
+        plot(out, args.report.with_suffix(".png"))
+        print(report(out))
+        return 0
     sizes = [s for s in args.sizes.split(",") if s]
     formats = [f for f in args.formats.split(",") if f]
     partitions = [int(p) for p in args.partitions.split(",") if p]
