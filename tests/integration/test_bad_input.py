@@ -199,6 +199,28 @@ def test_a_type_error_fails_without_retrying_and_leaves_the_target(stack: LocalS
     assert client.execute("SELECT count() FROM system.tables WHERE name LIKE '_s3ch_stage_%'")[0][0] == 0
 
 
+def test_files_that_span_more_partitions_than_a_block_may_fail_at_once_naming_the_setting(
+    stack: LocalStack, posts: SampleDataset,
+) -> None:
+    """The server's own error for an insert block over ``max_partitions_per_insert_block`` (code 252, as parts
+    throttling): terminal, with the setting to change; the target as it was. With the setting lifted it loads."""
+    client = stack.clickhouse_client()
+    client.execute("CREATE TABLE default.spread (id UInt64) ENGINE = MergeTree PARTITION BY id ORDER BY id")
+    stack.s3_client().put_object(Bucket=posts.bucket, Key="spread/ids.csv",
+                                 Body="".join(f"{n}\n" for n in range(150)).encode())
+    uri = f"s3://{posts.bucket}/spread/*.csv"
+    op = S3ToClickHouseOperator(task_id="spread", s3_uri=uri, table="default.spread", format="CSV")
+    with pytest.raises(ClickHouseQueryError, match="max_partitions_per_insert_block") as info:
+        op.execute(fake_context("spread"))
+    assert isinstance(info.value, AirflowFailException), "a terminal error: Airflow does not retry it"
+    assert count(stack, "default.spread") == 0
+    assert client.execute("SELECT count() FROM system.tables WHERE name LIKE '_s3ch_stage_%'")[0][0] == 0
+    lifted = S3ToClickHouseOperator(task_id="spread", s3_uri=uri, table="default.spread", format="CSV",
+                                    settings={"max_partitions_per_insert_block": 0})
+    lifted.execute(fake_context("spread_lifted"))
+    assert client.execute("SELECT count(), uniqExact(_partition_id) FROM default.spread") == [(150, 150)]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "named"),
     [({"memory_cap": 10**30}, "memory_cap"), ({"settings": {"max_threads": 10**40}}, "max_threads"),
