@@ -77,3 +77,43 @@ def test_the_first_files_schema_is_read_beside_the_largest(stack: LocalStack) ->
     schema = pq.read_schema(io.BytesIO(manifest.sample_schema[1]))
     assert schema.names == ["id", "c0"] and pq.read_metadata(io.BytesIO(manifest.sample_schema[1])).num_row_groups == 0
     assert "sample_schema" not in manifest.model_dump() and "PAR1" not in manifest.model_dump_json()
+
+
+def _month_files(client, bucket: str, prefix: str, clustered: bool) -> None:
+    """12 files of a year of timestamps: one month each (``clustered``), or each across all 12 months."""
+    import datetime as dt
+
+    for i in range(12):
+        stamps = [dt.datetime(2024, i + 1, day + 1, 12) for day in range(28)] if clustered else [
+            dt.datetime(2024, month + 1, i + 1, 12) for month in range(12)]
+        sink = io.BytesIO()
+        pq.write_table(pa.table({"CreationDate": pa.array(stamps, pa.timestamp("ms")),
+                                 "Id": pa.array(range(len(stamps)), pa.int64())}), sink)
+        client.put_object(Bucket=bucket, Key=f"{prefix}/{i:02d}.parquet", Body=sink.getvalue())
+
+
+def test_the_files_spread_over_the_partition_key_is_what_the_engine_partitions(stack: LocalStack, monkeypatch) -> None:
+    """Footers spread over the listing (a big load's; the threshold lowered for these small files) say how much of
+    the data's range one file spans. The engine's own partitioning of the same files agrees: one month of 12 a file
+    when clustered (the plan may grow its blocks past 256 MiB), every month when not."""
+    from airflow_provider_s3ch.core import manifest as policy
+    from airflow_provider_s3ch.core.plan.settings import clustering
+    from airflow_provider_s3ch.core.server_models import TableInfo
+
+    monkeypatch.setattr(policy, "SPREAD_FROM_BYTES", 0)
+    client, bucket = stack.s3_client(), "footer-spread"
+    stack.create_bucket(bucket)
+    ch = stack.clickhouse_client()
+    target = TableInfo(database="default", name="t", engine="MergeTree", partition_key="toYYYYMM(CreationDate)")
+    for prefix, clustered in (("monthly", True), ("mixed", False)):
+        _month_files(client, bucket, prefix, clustered)
+        manifest = build_manifest(client, LoadRequest(s3_uri=f"s3://{bucket}/{prefix}/*.parquet", table="t"))
+        assert manifest.spread_files == policy.SPREAD_SAMPLE
+        spread = manifest.column_spread or {}
+        per_file = ch.execute(
+            "SELECT max(n) FROM (SELECT _file, uniqExact(toYYYYMM(CreationDate)) AS n FROM "
+            f"s3('{stack.s3_endpoint}/{bucket}/{prefix}/*.parquet', '{stack.s3_access_key}', "
+            f"'{stack.s3_secret_key}', 'Parquet') GROUP BY _file)")[0][0]
+        assert per_file == (1 if clustered else 12)
+        assert (spread["CreationDate"] < 0.1) if clustered else (spread["CreationDate"] > 0.9), spread
+        assert clustering(target, manifest.column_spread, manifest.spread_files)[0] is clustered
