@@ -27,15 +27,6 @@ EXAMPLES = 3
 #: How many Parquet footers :func:`build_manifest` reads (the largest files first).
 FOOTER_SAMPLE = 4
 
-#: From this many listed bytes on, the footers of :data:`SPREAD_SAMPLE` more files, spread over the listing's key
-#: order, are read too: their integer columns' ranges say whether the files are clustered by the partition key,
-#: which decides whether the plan's blocks may grow past ClickHouse's 256 MiB (core/plan/settings.py). Below it
-#: the data-sized block stays under 256 MiB anyway: 512 MiB of Parquet is ~1.5 GiB uncompressed, / (2 threads x 4).
-SPREAD_FROM_BYTES = 512 * 1024 * 1024
-
-#: Files read for the ranges: the first and the last key and those evenly between (as listed, not the largest).
-SPREAD_SAMPLE = 6
-
 #: Bytes fetched from the end of a file in the first GET: the 8-byte trailer and, usually,
 #: the whole footer, so one ranged GET per file is the common case.
 FOOTER_PROBE_BYTES = 64 * 1024
@@ -132,11 +123,6 @@ class FooterStats(NamedTuple):
     request_ms: float | None = None
     #: The first file's key (the schema check's sample) and its schema as a Parquet file of the metadata alone.
     schema: tuple[str, bytes] | None = None
-    #: Per integer column of the spread sample's footers: the median file's range / the range of all of them
-    #: (:func:`column_spread`); None when not read.
-    column_spread: dict[str, float] | None = None
-    #: The files whose ranges gave :attr:`column_spread`.
-    spread_files: int = 0
 
 
 
@@ -148,42 +134,6 @@ def first_file(objects: Iterable[S3Object]) -> S3Object | None:
 def footer_sample(objects: Iterable[S3Object], sample: int = FOOTER_SAMPLE) -> list[S3Object]:
     """The files whose Parquet footers to read: the ``sample`` largest (a footer needs 12 bytes)."""
     return sorted((o for o in objects if o.size > 12), key=lambda o: o.size, reverse=True)[:sample]
-
-
-def spread_sample(objects: list[S3Object], total_bytes: int, sample: int = SPREAD_SAMPLE) -> list[S3Object]:
-    """The files whose footers give the columns' ranges: ``sample`` files evenly spread over the key order (the
-    first and the last among them), when the listing holds at least :data:`SPREAD_FROM_BYTES`; else none.
-
-    :param objects: the manifest's objects, in key order.
-    :param total_bytes: their bytes.
-    """
-    files = [o for o in objects if o.size > 12]
-    if total_bytes < SPREAD_FROM_BYTES or len(files) < 2:
-        return []
-    if len(files) <= sample:
-        return files
-    return [files[round(i * (len(files) - 1) / (sample - 1))] for i in range(sample)]
-
-
-def column_spread(ranges: Iterable[dict[str, tuple[int, int]]]) -> dict[str, float]:
-    """How much of the data's range one file spans, per integer column of every file's footer.
-
-    :param ranges: each file's ``{column: (min, max)}`` (``core.parquet_footer.column_ranges``).
-    :return: per column found in every file (at least two): the median of the files' ranges (max - min) divided
-        by the range of all of them together; a column whose values are all equal is left out. Near 1: every
-        file spans the whole range (each insert block touches every partition of a key on that column); near 0:
-        the files are clustered by it (daily files of a monthly partition key give ~1/months).
-    """
-    files = list(ranges)
-    if len(files) < 2:
-        return {}
-    out: dict[str, float] = {}
-    for name in set.intersection(*(set(r) for r in files)):
-        spans = sorted(r[name][1] - r[name][0] for r in files)
-        whole = max(r[name][1] for r in files) - min(r[name][0] for r in files)
-        if whole > 0:
-            out[name] = round(spans[(len(spans) - 1) // 2] / whole, 4)
-    return dict(sorted(out.items()))
 
 
 def footer_stats(objects: Iterable[S3Object], sampled: Iterable[tuple[int, list[int]]], calls: int) -> FooterStats:
@@ -253,8 +203,6 @@ def with_footers(manifest: Manifest, footers: FooterStats) -> Manifest:
             "max_row_group_bytes": footers.max_row_group_bytes,
             "footer_files": footers.files,
             "request_ms": footers.request_ms,
-            "column_spread": footers.column_spread,
-            "spread_files": footers.spread_files,
             "sample_schema": footers.schema,
         }
     )

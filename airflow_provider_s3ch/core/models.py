@@ -359,12 +359,6 @@ class Manifest(BaseModel):
     #: Parquet only: the first file's key (the file the schema check describes) and its footer's schema alone
     #: (``core.parquet_footer.schema_file``); kept in memory, out of every dump (XComs, trigger payloads).
     sample_schema: tuple[str, bytes] | None = Field(default=None, exclude=True, repr=False)
-    #: Parquet only, from the footers of files spread over the listing (at least ``SPREAD_FROM_BYTES``): per
-    #: integer column, the median file's range over the whole data's (``core.manifest.column_spread``); the
-    #: plan's block rule reads it for the partition key's column. Kept in memory like ``sample_schema``: the plan
-    #: is made in the worker that listed, and its reason carries the figure.
-    column_spread: dict[str, float] | None = Field(default=None, exclude=True, repr=False)
-    spread_files: int = Field(default=0, exclude=True, repr=False)
 
     @property
     def file_count(self) -> int:

@@ -1,4 +1,4 @@
-"""The row groups' sizes (and integer columns' ranges) from a Parquet footer, read without a Parquet library.
+"""The row groups' sizes from a Parquet footer, read without a Parquet library.
 
 A Parquet file ends with its ``FileMetaData`` (Thrift's compact protocol), the metadata's
 length (4 bytes, little-endian) and ``PAR1``. The planner needs one figure of it: each row
@@ -7,10 +7,6 @@ uncompressed size ClickHouse's reader holds in memory. ``pyarrow.parquet.read_me
 reads the same figure, but importing pyarrow (and the numpy it brings) took 0.22-0.25 s of
 every task's time here, a third of what the operator spends around its insert; this reader
 walks the Thrift fields it needs and skips the others by their wire types.
-
-:func:`column_ranges` reads one more thing from the same footer: each top-level INT32/INT64 column's smallest and
-largest value over the file (the column chunks' statistics), which tells the planner whether the files are
-clustered by the partition key's column (docs/tuning.md).
 
 The footer is untrusted input: every read is bounds-checked, collections may not claim more
 elements than bytes are left, nesting is limited, and anything malformed raises
@@ -220,126 +216,3 @@ def schema_file(tail: bytes) -> bytes:
         raise FooterError("the footer has no row groups")
     stripped = metadata[: span[0]] + bytes([_STRUCT]) + metadata[span[1] : reader.pos]  # an empty list of structs
     return MAGIC + stripped + len(stripped).to_bytes(4, "little") + MAGIC
-
-
-#: Parquet physical types whose statistics :func:`column_ranges` decodes (``Type`` enum), with their byte widths.
-_INT_WIDTHS = {1: 4, 2: 8}  # INT32, INT64
-
-
-def column_ranges(tail: bytes) -> dict[str, tuple[int, int]]:
-    """Each top-level INT32/INT64 column's smallest and largest value in the file, from the column chunks'
-    statistics (dates, timestamps and integers as stored: days, ms/us/ns, the integer itself).
-
-    A column is left out when any of its chunks has no statistics (a file written without them), when it is
-    nested, or when its statistics do not decode to its width; a chunk of nulls only adds nothing. Unsigned
-    columns are read as signed: a range that then runs backwards leaves the column out.
-
-    :param tail: the file's last bytes: at least the metadata, its length and ``PAR1``.
-    :raises FooterError: when the tail is too short for the metadata it names, or the metadata is malformed.
-    """
-    length = metadata_length(tail)
-    if length + 8 > len(tail):
-        raise FooterError(f"the footer is {length} bytes, the tail holds {len(tail) - 8}")
-    reader = _Reader(tail[len(tail) - 8 - length : len(tail) - 8])
-    ranges: dict[str, tuple[int, int]] = {}
-    without: set[str] = set()
-    for field, kind in reader.fields():
-        if field == 4 and kind == _LIST:
-            count, element = reader.collection()
-            if element != _STRUCT:
-                raise FooterError("row_groups is not a list of structs")
-            for _ in range(count):
-                for group_field, group_kind in reader.fields():
-                    if group_field == 1 and group_kind == _LIST:
-                        _widen(ranges, without, _chunk_ranges(reader))
-                    else:
-                        reader.skip_value(group_kind, in_field=True, depth=1)
-        else:
-            reader.skip_value(kind, in_field=True)
-    return {name: span for name, span in ranges.items() if name not in without}
-
-
-def _widen(ranges: dict[str, tuple[int, int]], without: set[str],
-           chunks: Iterator[tuple[str, tuple[int, int] | None]]) -> None:
-    """Widen ``ranges`` by one row group's chunks; a chunk without statistics puts its column in ``without``."""
-    for name, found in chunks:
-        if found is None:
-            without.add(name)
-        elif name in ranges:
-            low, high = ranges[name]
-            ranges[name] = (min(low, found[0]), max(high, found[1]))
-        else:
-            ranges[name] = found
-
-
-def _chunk_ranges(reader: _Reader) -> Iterator[tuple[str, tuple[int, int] | None]]:
-    """(column, (min, max) or None) of each INT32/INT64 top-level column chunk of one row group."""
-    size, element = reader.collection()
-    if element != _STRUCT:
-        raise FooterError("a row group's columns are not a list of structs")
-    for _ in range(size):
-        found: tuple[str, tuple[int, int] | None] | None = None
-        for chunk_field, chunk_kind in reader.fields():
-            if chunk_field == 3 and chunk_kind == _STRUCT:
-                found = _column_meta(reader)
-            else:
-                reader.skip_value(chunk_kind, in_field=True, depth=2)
-        if found is not None:
-            yield found
-
-
-def _column_meta(reader: _Reader) -> tuple[str, tuple[int, int] | None] | None:
-    """A ``ColumnMetaData``'s (column, (min, max) or None); None for a column this reader does not decode."""
-    physical, path, stats = None, None, None
-    for field, kind in reader.fields():
-        if field == 1 and kind == _I32:
-            physical = reader.zigzag()
-        elif field == 3 and kind == _LIST:
-            count, element = reader.collection()
-            if element != _BINARY:
-                raise FooterError("path_in_schema is not a list of strings")
-            path = []
-            for _ in range(count):
-                n = reader.varint()
-                start = reader.pos
-                reader.skip(n)
-                path.append(reader.data[start : start + n])
-        elif field == 12 and kind == _STRUCT:
-            stats = _statistics(reader)
-        else:
-            reader.skip_value(kind, in_field=True, depth=3)
-    width = _INT_WIDTHS.get(physical) if physical is not None else None
-    if width is None or not path or len(path) != 1:
-        return None
-    try:
-        name = path[0].decode()
-    except UnicodeDecodeError:
-        return None
-    if stats is None:  # written without statistics: the column's range is unknown
-        return name, None
-    low, high = stats.get("min"), stats.get("max")
-    if low is None and high is None:  # a chunk of nulls only: nothing to add to the range
-        return None
-    if low is None or high is None or len(low) != width or len(high) != width:
-        return name, None
-    low_value, high_value = int.from_bytes(low, "little", signed=True), int.from_bytes(high, "little", signed=True)
-    return name, (low_value, high_value) if low_value <= high_value else None
-
-
-def _statistics(reader: _Reader) -> dict[str, bytes]:
-    """A ``Statistics`` struct's min and max: ``min_value``/``max_value`` (fields 6, 5), else the deprecated
-    ``min``/``max`` (2, 1), which writers fill with the same signed order for integers."""
-    values: dict[int, bytes] = {}
-    for field, kind in reader.fields():
-        if field in (1, 2, 5, 6) and kind == _BINARY:
-            n = reader.varint()
-            start = reader.pos
-            reader.skip(n)
-            values[field] = reader.data[start : start + n]
-        else:
-            reader.skip_value(kind, in_field=True, depth=4)
-    out = {}
-    for key, new, old in (("min", 6, 2), ("max", 5, 1)):
-        if new in values or old in values:
-            out[key] = values.get(new, values.get(old, b""))
-    return out

@@ -34,12 +34,10 @@ def parquet_footer_stats(
     :param sample: how many files to read.
     """
     schema: dict[str, bytes] = {}
-    ranges: dict[str, dict[str, tuple[int, int]]] = {}
 
     def read(obj: S3Object) -> tuple[int, float, list[int] | None]:
         """(GETs, the first GET's ms, the row groups' uncompressed sizes or None when skipped); the sample
-        file's schema (:func:`~airflow_provider_s3ch.core.parquet_footer.schema_file`) into ``schema``, and a
-        spread file's integer columns' ranges into ``ranges``."""
+        file's schema (:func:`~airflow_provider_s3ch.core.parquet_footer.schema_file`) into ``schema``."""
         calls = 0
         try:
             started = time.monotonic()
@@ -60,8 +58,6 @@ def parquet_footer_stats(
             groups = parquet_footer.row_group_sizes(tail)
             if obj.key == first.key:
                 schema[obj.key] = parquet_footer.schema_file(tail)
-            if obj.key in spread_keys:
-                ranges[obj.key] = parquet_footer.column_ranges(tail)
         except Exception as exc:  # noqa: BLE001 - footers are an optimisation: any failure falls back
             log.info("Parquet footer of %s skipped (the plan falls back to size estimates): %s", obj.key, exc)
             return calls, float("inf"), None
@@ -72,10 +68,6 @@ def parquet_footer_stats(
     # from these bytes (load/target.py), not from a second read of the file; it counts in the figures when chosen.
     first = policy.first_file(objects) if chosen else None
     extra = [first] if first is not None and first not in chosen else []
-    # A big load reads files spread over the key order too, for the columns' ranges (the block rule).
-    spread = policy.spread_sample(objects, sum(o.size for o in objects)) if chosen else []
-    spread_keys = {o.key for o in spread}
-    extra += [o for o in spread if o not in chosen and o not in extra]
     # The footers at once: each is one or two small GETs, and over real S3 each GET waits tens of ms.
     with ThreadPoolExecutor(max_workers=max(1, len(chosen) + len(extra))) as pool:
         answers = list(pool.map(read, chosen + extra))
@@ -84,11 +76,8 @@ def parquet_footer_stats(
     calls = sum(n for n, _, _ in answers)
     sampled = [(obj.size, groups) for obj, (_, _, groups) in zip(chosen, answers, strict=True) if groups is not None]
     quickest = min((took for _, took, groups in answers if groups is not None), default=None)
-    read_ranges = [ranges[o.key] for o in spread if o.key in ranges]
     stats = policy.footer_stats(objects, sampled, calls + extra_calls)._replace(
-        schema=(first.key, schema[first.key]) if first is not None and first.key in schema else None,
-        column_spread=policy.column_spread(read_ranges) if len(read_ranges) >= 2 else None,
-        spread_files=len(read_ranges) if len(read_ranges) >= 2 else 0)
+        schema=(first.key, schema[first.key]) if first is not None and first.key in schema else None)
     return stats._replace(request_ms=round(quickest, 1)) if quickest is not None and stats.files else stats
 
 

@@ -11,13 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_s3ch.core.parquet_footer import (
-    FooterError,
-    column_ranges,
-    metadata_length,
-    row_group_sizes,
-    schema_file,
-)
+from airflow_provider_s3ch.core.parquet_footer import FooterError, metadata_length, row_group_sizes, schema_file
 
 #: Column makers: each gives ``rows`` values of one Arrow type, drawn from ``draw``.
 COLUMNS = {
@@ -91,34 +85,6 @@ def test_the_row_groups_sizes_are_pyarrows(data: bytes) -> None:
     assert row_group_sizes(data) == pyarrow_sizes(data)
 
 
-def pyarrow_ranges(data: bytes) -> dict[str, tuple[int, int]]:
-    """Each top-level INT32/INT64 column's (min, max) over the file as pyarrow reads the statistics; a column
-    with a chunk written without statistics is left out, chunks of nulls only add nothing."""
-    meta = pq.read_metadata(io.BytesIO(data))
-    ranges: dict[str, tuple[int, int]] = {}
-    unknown: set[str] = set()
-    for i in range(meta.num_row_groups):
-        for j in range(meta.num_columns):
-            chunk = meta.row_group(i).column(j)
-            name = chunk.path_in_schema
-            if chunk.physical_type not in ("INT32", "INT64") or "." in name:
-                continue
-            stats = chunk.statistics
-            if stats is None:
-                unknown.add(name)
-            elif stats.has_min_max:
-                low, high = ranges.get(name, (stats.min_raw, stats.max_raw))
-                ranges[name] = (min(low, stats.min_raw), max(high, stats.max_raw))
-    return {name: span for name, span in ranges.items() if name not in unknown}
-
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(parquet_files())
-def test_the_integer_columns_ranges_are_pyarrows(data: bytes) -> None:
-    """Dates, timestamps, integers (8 to 64 bits), with and without statistics, nulls, dictionaries."""
-    assert column_ranges(data) == pyarrow_ranges(data)
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(parquet_files(), st.integers(0, 4096))
 def test_any_tail_holding_the_metadata_is_enough(data: bytes, extra: int) -> None:
@@ -170,11 +136,6 @@ def test_a_damaged_footer_gives_sizes_or_a_footer_error(data: bytes, draw: st.Da
     except FooterError:
         return
     assert all(isinstance(size, int) and size >= 0 for size in sizes)
-    try:
-        ranges = column_ranges(tail)
-    except FooterError:
-        return
-    assert all(isinstance(low, int) and low <= high for low, high in ranges.values())
 
 
 @settings(deadline=None)  # no per-example time limit: a busy machine can pause any example

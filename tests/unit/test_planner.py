@@ -181,12 +181,8 @@ def test_small_row_groups_keep_threads() -> None:
 
 
 def test_footer_sizes_replace_the_expansion_factor() -> None:
-    # 1 GiB of Parquet, 8 GiB uncompressed by the footers (not x3): 8 GiB / (4 threads x 4) = 512 MiB (past 256 MiB:
-    # the files are clustered by the partition key's column, test_block_rule.py).
-    man = footer_manifest(64 * MiB, 8 * GiB, files=40, total=1 * GiB).model_copy(
-        update={"column_spread": {"CreationDate": 0.1}, "spread_files": 6})
-    prof = profile(cores=8, tbl=table(partition_key="toYYYYMM(CreationDate)"))
-    p = plan(request(memory_cap="32GiB"), man, prof)
+    # 1 GiB of Parquet, 8 GiB uncompressed by the footers (not x3): 8 GiB / (4 threads x 4) = 512 MiB.
+    p = plan(request(memory_cap="32GiB"), footer_manifest(64 * MiB, 8 * GiB, files=40, total=1 * GiB), profile(cores=8))
     assert p.settings.values["min_insert_block_size_bytes"] == 512 * MiB
     reason = p.settings.reasons["min_insert_block_size_bytes"]
     assert "footers" in reason and "8 GiB uncompressed" in reason

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import re
-
 from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.formats import is_compressed
 from airflow_provider_s3ch.core.models import InsertSettings, LoadRequest, Manifest, SettingValue
 from airflow_provider_s3ch.core.plan.budget import Budget
 from airflow_provider_s3ch.core.plan.workload import chosen_workload
-from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
+from airflow_provider_s3ch.core.server_models import ServerProfile
 from airflow_provider_s3ch.core.sizes import GiB, MiB, fmt_bytes
-
-#: A name in a partition key expression: backquoted, or a bare identifier.
-_NAME_RE = re.compile(r"`((?:[^`\\]|\\.)+)`|\b([A-Za-z_][A-Za-z0-9_]*)\b")
-
-#: A partition key that scatters a column's range over its partitions: a file's range says nothing of them.
-_SCATTERING_RE = re.compile(r"hash|%|modulo|rand", re.IGNORECASE)
 
 #: Below this block size a load is refused: thousands of tiny parts would bury the
 #: server in merges.
@@ -32,35 +24,6 @@ DEFAULT_BLOCK_BYTES = 256 * MiB
 #: within 4 % in the other 2, with less memory; 1 GiB blocks were slower in 12 of 12
 #: (docs/benchmarks.md).
 MIN_DATA_BLOCK_BYTES = 64 * MiB
-
-#: The data-sized block grows past :data:`DEFAULT_BLOCK_BYTES` only when the files are clustered by the partition
-#: key: the median file spans at most this share of the data's range of the key's column
-#: (``core.manifest.column_spread``, from footers spread over the listing). Measured on 2 cores
-#: (docs/benchmarks.md): where every file spans every month (the size ladder, 1 GB and 3 GB of Parquet, 1/12/120
-#: partitions), data-sized blocks of 316-478 MiB loaded no faster than 256 MiB (within 0-4 %) and peaked 9-48 %
-#: higher, 1 GiB blocks were slower; where each file spans 24 of 96 months (3.3 GB, spread 0.25), 1 GiB blocks
-#: loaded 1.6-1.9x faster than 256 MiB; the same rows with every file across all 96 months: 1.0-1.3x.
-CLUSTERED_SPREAD = 0.5
-
-#: The size ladder's largest rung, uncompressed (3 GB of Parquet: 7.34 GiB). Beyond it, a load whose files' spread
-#: over the partition key is unknown keeps the guide's rule (data-sized blocks, the memory formula): the guide's
-#: own 24 GB load grew its blocks to 2.7 GiB, and nothing here measured otherwise at that size.
-LADDER_TOP_BYTES = 8 * GiB
-
-#: How :func:`clustering` begins an answer that knows nothing of the files' spread.
-_UNKNOWN = ("how the files spread", "the table has no partition key", "the partition key (")
-
-#: What the size ladder measured, for the reason of a block held at ClickHouse's 256 MiB.
-LADDER_POINT = (
-    "the size ladder (1 GB and 3 GB of Parquet, every file across all 120 months, 1/12/120 partitions: "
-    "316-478 MiB blocks loaded within 0-4 % of 256 MiB and peaked 9-48 % higher; docs/benchmarks.md)"
-)
-
-#: What the clustered dataset measured, for the reason of a block past 256 MiB.
-CLUSTERED_POINT = (
-    "3.3 GB of Parquet, each file 24 of 96 months: 1 GiB blocks loaded 1.6-1.9x faster than 256 MiB "
-    "(docs/benchmarks.md)"
-)
 
 #: The data-based cap aims at this many blocks per insert thread at least, so that
 #: reading and writing overlap. One huge block per thread measured 2-3x slower than the
@@ -187,60 +150,18 @@ def data_estimate(
     )
 
 
-def key_columns(partition_key: str) -> list[str]:
-    """The names in a partition key expression that may be columns (functions' names are skipped later: only
-    names the files' footers have count).
-
-    :param partition_key: ``system.tables.partition_key``, e.g. ``toYYYYMM(CreationDate)``; ``""`` or ``tuple()``
-        for a table without partitions.
-    """
-    return [a or b for a, b in _NAME_RE.findall(partition_key)]
-
-
-def clustering(table: TableInfo, spread: dict[str, float] | None, spread_files: int) -> tuple[bool, str]:
-    """Whether the files are clustered by the partition key (a block past 256 MiB may pay), and why.
-
-    :param table: the target (its ``partition_key``; a Distributed table's own key is empty).
-    :param spread: the manifest's ``column_spread`` (None when no footers were spread over the listing).
-    :param spread_files: the footers it came from.
-    :return: (clustered, the reason's words).
-    """
-    partition_key = table.partition_key
-    if table.is_distributed:
-        return False, "how the files spread over the local tables' partition key is unknown (a Distributed target)"
-    names = [n for n in key_columns(partition_key) if n.lower() != "tuple"]
-    if not names:
-        return False, "the table has no partition key"
-    if _SCATTERING_RE.search(partition_key):
-        return False, f"the partition key ({partition_key}) scatters its columns' ranges (a hash or a modulo)"
-    found = sorted(((spread or {})[n], n) for n in names if n in (spread or {}))
-    if not found:
-        what = "Parquet footers of files spread over the listing" if spread is None else "their statistics"
-        return False, f"how the files spread over the partition key ({partition_key}) is unknown (no {what})"
-    share, column = found[0]
-    figure = (f"the median file spans {share:.0%} of the data's range of {column} "
-              f"({spread_files} footers spread over the listing)")
-    if share <= CLUSTERED_SPREAD:
-        return True, f"the files are clustered by the partition key ({partition_key}): {figure}"
-    return False, f"the files are not clustered by the partition key ({partition_key}): {figure}"
-
-
-def block_size(
-    budget: int, threads: int, data_bytes: int, *, clustered: tuple[bool, str] = (False, "")
-) -> tuple[int, str]:
+def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
     """``min_insert_block_size_bytes``: the guide's memory formula, capped by the data.
 
     formula = ``budget // (BLOCK_MEMORY_FACTOR x threads)`` (the guide);
     data cap = ``max(MIN_DATA_BLOCK_BYTES, data_bytes // (threads x MIN_BLOCKS_PER_THREAD))``,
     so a thread writes several blocks and its reads and writes overlap, and the cap never
-    goes below :data:`MIN_DATA_BLOCK_BYTES`; it goes above ClickHouse's :data:`DEFAULT_BLOCK_BYTES` only for files
-    clustered by the partition key (:func:`clustering`). The block is ``min(formula, data cap)``: large
+    goes below :data:`MIN_DATA_BLOCK_BYTES`. The block is ``min(formula, data cap)``: large
     loads get the guide's formula, small and medium ones blocks sized by their data.
 
     :param budget: per-node memory budget in bytes.
     :param threads: insert threads per node.
     :param data_bytes: estimated uncompressed bytes one node will insert.
-    :param clustered: :func:`clustering`'s answer.
     :return: the block size in bytes and the reason line.
     """
     formula = budget // (BLOCK_MEMORY_FACTOR * threads)
@@ -253,16 +174,6 @@ def block_size(
         f"data cap max({fmt_bytes(MIN_DATA_BLOCK_BYTES)}, ~{fmt_bytes(data_bytes)} uncompressed / "
         f"({threads} threads x {MIN_BLOCKS_PER_THREAD} blocks)) = {fmt_bytes(data_cap)}"
     )
-    grows, why = clustered
-    if not grows and why.startswith(_UNKNOWN) and data_bytes > LADDER_TOP_BYTES:
-        grows, why = True, f"{why}, and the load is bigger than the size ladder measured (the guide's rule stands)"
-    if data_cap > DEFAULT_BLOCK_BYTES and not grows:
-        if formula <= DEFAULT_BLOCK_BYTES:
-            return formula, f"{formula_text} (the guide), under ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}"
-        return DEFAULT_BLOCK_BYTES, (
-            f"ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}, not the {cap_text}: {why}, and on such files blocks "
-            f"past 256 MiB bought no speed for their memory in {LADDER_POINT}; under the {formula_text} (the guide)"
-        )
     if formula <= data_cap:
         return formula, f"{formula_text} (the guide), under the {cap_text}"
     if per_thread_share <= MIN_DATA_BLOCK_BYTES:
@@ -271,10 +182,8 @@ def block_size(
             f"little for bigger blocks; the {formula_text} (the guide) would make one huge block per thread, "
             "and reads and writes would no longer overlap"
         )
-    past = f"; past ClickHouse's 256 MiB as {why}, where bigger blocks paid ({CLUSTERED_POINT})" if (
-        data_cap > DEFAULT_BLOCK_BYTES) else ""
     return data_cap, (
-        f"{cap_text}, so each thread writes several blocks and reads and writes overlap{past}; "
+        f"{cap_text}, so each thread writes several blocks and reads and writes overlap; "
         f"under the {formula_text} (the guide)"
     )
 
@@ -323,8 +232,7 @@ def plan_settings(
     data_bytes, data_text = data_estimate(manifest, fmt, compression, expansion=expansion)
     data_bytes //= nodes
     estimate = f"; data {data_text}{per_nodes}"
-    clustered = clustering(profile.table, manifest.column_spread, manifest.spread_files)
-    block, block_reason = block_size(budget.per_node, threads, data_bytes, clustered=clustered)
+    block, block_reason = block_size(budget.per_node, threads, data_bytes)
     if block < MIN_BLOCK_BYTES and "min_insert_block_size_bytes" not in request.settings:
         raise PlanError(_block_error(request, budget, threads))
     put("min_insert_block_size_bytes", block, block_reason + estimate)
