@@ -278,6 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per point; medians (3)")
     parser.add_argument("--note", default="")
     parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--workdir", help="where the stack keeps its data (e.g. /dev/shm: a file system without the "
+                        "disk's metadata latency); the system's temporary directory by default")
     parser.add_argument("--report", type=Path, help="re-render ladder.md and ladder.png from this JSON; load nothing")
     args = parser.parse_args(argv)
     if args.report:
@@ -300,7 +302,8 @@ def main(argv: list[str] | None = None) -> int:
                            "command": "python -m bench.ladder " + " ".join(argv if argv is not None else []),
                            "points": []}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="s3ch-ladder-") as work, \
+    out["workdir"] = args.workdir or tempfile.gettempdir()
+    with tempfile.TemporaryDirectory(prefix="s3ch-ladder-", dir=args.workdir) as work, \
             LocalStack(nodes=1, workdir=Path(work) / "stack") as stack, stack.environ():
         client = stack.clickhouse_client()
         client.execute(f"CREATE DATABASE IF NOT EXISTS `{DATABASE}`")

@@ -291,6 +291,8 @@ def main() -> None:
     parser.add_argument("--merges", action="store_true", help="leave merges running on the fresh tables")
     parser.add_argument("--out", default="bench/results/publish.json")
     parser.add_argument("--shapes", help="only these shapes, e.g. 360x3,120x1 (partitions x parts a partition)")
+    parser.add_argument("--workdir", help="where the node keeps its data (e.g. /dev/shm: a file system without the "
+                        "disk's metadata latency); the system's temporary directory by default")
     args = parser.parse_args()
     from airflow_provider_s3ch.local import LocalStack
 
@@ -312,7 +314,9 @@ def main() -> None:
         out["duration_s"] = round(time.time() - started, 1)
         path.write_text(json.dumps(out, indent=2) + "\n")
 
-    with tempfile.TemporaryDirectory(prefix="bench-publish-") as workdir, LocalStack(nodes=1, workdir=workdir) as stack:
+    out["workdir"] = args.workdir or tempfile.gettempdir()
+    with tempfile.TemporaryDirectory(prefix="bench-publish-", dir=args.workdir) as workdir, \
+            LocalStack(nodes=1, workdir=workdir) as stack:
         client = stack.clickhouse_client()
         client.execute(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
         bench = Bench(client, merges=args.merges)

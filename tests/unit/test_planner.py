@@ -181,11 +181,12 @@ def test_small_row_groups_keep_threads() -> None:
 
 
 def test_footer_sizes_replace_the_expansion_factor() -> None:
-    # 1 GiB of Parquet, 8 GiB uncompressed by the footers (not x3): 8 GiB / (4 threads x 4) = 512 MiB.
-    p = plan(request(memory_cap="32GiB"), footer_manifest(64 * MiB, 8 * GiB, files=40, total=1 * GiB), profile(cores=8))
-    assert p.settings.values["min_insert_block_size_bytes"] == 512 * MiB
+    # 1 GiB of Parquet, 12 GiB uncompressed by the footers (not x3): 12 GiB / (4 threads x 4) = 768 MiB.
+    p = plan(request(memory_cap="32GiB"), footer_manifest(64 * MiB, 12 * GiB, files=40, total=1 * GiB),
+             profile(cores=8))
+    assert p.settings.values["min_insert_block_size_bytes"] == 768 * MiB
     reason = p.settings.reasons["min_insert_block_size_bytes"]
-    assert "footers" in reason and "8 GiB uncompressed" in reason
+    assert "footers" in reason and "12 GiB uncompressed" in reason
 
 
 # --- memory budget and block size --------------------------------------------------

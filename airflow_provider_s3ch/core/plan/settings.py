@@ -25,6 +25,20 @@ DEFAULT_BLOCK_BYTES = 256 * MiB
 #: (docs/benchmarks.md).
 MIN_DATA_BLOCK_BYTES = 64 * MiB
 
+#: Up to this much uncompressed data a node, the data-sized block stops at ClickHouse's :data:`DEFAULT_BLOCK_BYTES`:
+#: on the size ladder (docs/benchmarks.md; 1 GB and 3 GB of Parquet, 2.5 and 7.3 GiB uncompressed, into 1, 12 and
+#: 120 partitions, 2 cores) data-sized blocks of 316-478 MiB loaded within 0-4 % of 256 MiB and peaked 9-48 %
+#: higher, and 1 GiB blocks were 12-47 % slower. From the 3.3 GB dataset on (8.2 GiB uncompressed), 1 GiB blocks
+#: loaded 1.6-1.9x faster than 256 MiB where each file spans 24 of 96 months and 1.0-1.3x where every file spans
+#: all of them: there the parts of 256 MiB blocks outrun the merges. The line sits between the two measured sizes.
+LADDER_TOP_BYTES = 8 * GiB
+
+#: What the size ladder measured, for the reason of a block held at ClickHouse's 256 MiB.
+LADDER_POINT = (
+    "the size ladder (1 GB and 3 GB of Parquet, 2.5-7.3 GiB uncompressed, 1/12/120 partitions, 2 cores: 316-478 "
+    "MiB blocks loaded within 0-4 % of 256 MiB and peaked 9-48 % higher; docs/benchmarks.md)"
+)
+
 #: The data-based cap aims at this many blocks per insert thread at least, so that
 #: reading and writing overlap. One huge block per thread measured 2-3x slower than the
 #: defaults on 123 MB of Parquet: the thread reads everything, then writes everything.
@@ -156,7 +170,8 @@ def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
     formula = ``budget // (BLOCK_MEMORY_FACTOR x threads)`` (the guide);
     data cap = ``max(MIN_DATA_BLOCK_BYTES, data_bytes // (threads x MIN_BLOCKS_PER_THREAD))``,
     so a thread writes several blocks and its reads and writes overlap, and the cap never
-    goes below :data:`MIN_DATA_BLOCK_BYTES`. The block is ``min(formula, data cap)``: large
+    goes below :data:`MIN_DATA_BLOCK_BYTES`, nor above ClickHouse's :data:`DEFAULT_BLOCK_BYTES` for loads of up to
+    :data:`LADDER_TOP_BYTES` a node. The block is ``min(formula, data cap)``: large
     loads get the guide's formula, small and medium ones blocks sized by their data.
 
     :param budget: per-node memory budget in bytes.
@@ -174,6 +189,14 @@ def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
         f"data cap max({fmt_bytes(MIN_DATA_BLOCK_BYTES)}, ~{fmt_bytes(data_bytes)} uncompressed / "
         f"({threads} threads x {MIN_BLOCKS_PER_THREAD} blocks)) = {fmt_bytes(data_cap)}"
     )
+    if data_cap > DEFAULT_BLOCK_BYTES and data_bytes <= LADDER_TOP_BYTES:
+        if formula <= DEFAULT_BLOCK_BYTES:
+            return formula, f"{formula_text} (the guide), under ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}"
+        return DEFAULT_BLOCK_BYTES, (
+            f"ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}, not the {cap_text}: up to "
+            f"{fmt_bytes(LADDER_TOP_BYTES)} uncompressed a node, blocks past 256 MiB bought no speed for their memory "
+            f"in {LADDER_POINT}; under the {formula_text} (the guide)"
+        )
     if formula <= data_cap:
         return formula, f"{formula_text} (the guide), under the {cap_text}"
     if per_thread_share <= MIN_DATA_BLOCK_BYTES:
