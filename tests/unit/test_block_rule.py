@@ -55,5 +55,7 @@ def test_the_block_is_the_guides_rule_with_the_ladders_cap(data: int, budget: in
     if data <= LADDER_TOP_BYTES:
         cap = min(cap, DEFAULT_BLOCK_BYTES)
     assert block == min(formula, cap)
-    assert ("size ladder" in reason) == (data <= LADDER_TOP_BYTES and formula > DEFAULT_BLOCK_BYTES
-                                          and data // (threads * MIN_BLOCKS_PER_THREAD) > DEFAULT_BLOCK_BYTES)
+    share = data // (threads * MIN_BLOCKS_PER_THREAD)
+    held = data <= LADDER_TOP_BYTES and formula > DEFAULT_BLOCK_BYTES and share > DEFAULT_BLOCK_BYTES
+    assert reason.startswith("ClickHouse's 256 MiB, not the data cap") == held
+    assert ("3.3 GB" in reason) == (block > DEFAULT_BLOCK_BYTES and block == cap)

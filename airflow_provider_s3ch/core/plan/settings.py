@@ -39,6 +39,18 @@ LADDER_POINT = (
     "MiB blocks loaded within 0-4 % of 256 MiB and peaked 9-48 % higher; docs/benchmarks.md)"
 )
 
+#: What the size ladder measured where the floor holds, for that reason.
+SMALL_LADDER_POINT = (
+    "the size ladder at 100 MB of Parquet and CSV.gz: 64 MiB blocks loaded 1.3-1.9x as fast as ClickHouse's defaults "
+    "into 12 and 120 partitions at 0.62-0.77 of their memory; docs/benchmarks.md"
+)
+
+#: What the 3.3 GB dataset measured, for the reason of a block past 256 MiB.
+LARGE_POINT = (
+    "beyond the size ladder: on 3.3 GB of Parquet, 8.2 GiB uncompressed, 1 GiB blocks loaded 1.0-1.9x as fast as "
+    "256 MiB; docs/benchmarks.md"
+)
+
 #: The data-based cap aims at this many blocks per insert thread at least, so that
 #: reading and writing overlap. One huge block per thread measured 2-3x slower than the
 #: defaults on 123 MB of Parquet: the thread reads everything, then writes everything.
@@ -203,10 +215,11 @@ def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
         return data_cap, (
             f"the floor {fmt_bytes(MIN_DATA_BLOCK_BYTES)}: ~{fmt_bytes(data_bytes)} uncompressed is too "
             f"little for bigger blocks; the {formula_text} (the guide) would make one huge block per thread, "
-            "and reads and writes would no longer overlap"
+            f"and reads and writes would no longer overlap ({SMALL_LADDER_POINT})"
         )
+    beyond = f" ({LARGE_POINT})" if data_cap > DEFAULT_BLOCK_BYTES else ""
     return data_cap, (
-        f"{cap_text}, so each thread writes several blocks and reads and writes overlap; "
+        f"{cap_text}, so each thread writes several blocks and reads and writes overlap{beyond}; "
         f"under the {formula_text} (the guide)"
     )
 
