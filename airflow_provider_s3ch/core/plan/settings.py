@@ -41,7 +41,7 @@ LADDER_POINT = (
 
 #: What the size ladder measured where the floor holds, for that reason.
 SMALL_LADDER_POINT = (
-    "the size ladder at 100 MB of Parquet and CSV.gz: 64 MiB blocks loaded 1.3-1.9x as fast as ClickHouse's defaults "
+    "the size ladder at 100 MB of Parquet and CSV.gz: 64 MiB blocks loaded 1.5-1.9x as fast as ClickHouse's defaults "
     "into 12 and 120 partitions at 0.62-0.77 of their memory; docs/benchmarks.md"
 )
 
