@@ -201,16 +201,16 @@ def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
         f"data cap max({fmt_bytes(MIN_DATA_BLOCK_BYTES)}, ~{fmt_bytes(data_bytes)} uncompressed / "
         f"({threads} threads x {MIN_BLOCKS_PER_THREAD} blocks)) = {fmt_bytes(data_cap)}"
     )
-    if data_cap > DEFAULT_BLOCK_BYTES and data_bytes <= LADDER_TOP_BYTES:
-        if formula <= DEFAULT_BLOCK_BYTES:
-            return formula, f"{formula_text} (the guide), under ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}"
+    held = data_cap > DEFAULT_BLOCK_BYTES and data_bytes <= LADDER_TOP_BYTES
+    if formula <= (DEFAULT_BLOCK_BYTES if held else data_cap):
+        under = f"ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}" if held else f"the {cap_text}"
+        return formula, f"{formula_text} (the guide), under {under}"
+    if held:
         return DEFAULT_BLOCK_BYTES, (
             f"ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}, not the {cap_text}: up to "
             f"{fmt_bytes(LADDER_TOP_BYTES)} uncompressed a node, blocks past 256 MiB bought no speed for their memory "
             f"in {LADDER_POINT}; under the {formula_text} (the guide)"
         )
-    if formula <= data_cap:
-        return formula, f"{formula_text} (the guide), under the {cap_text}"
     if per_thread_share <= MIN_DATA_BLOCK_BYTES:
         return data_cap, (
             f"the floor {fmt_bytes(MIN_DATA_BLOCK_BYTES)}: ~{fmt_bytes(data_bytes)} uncompressed is too "
