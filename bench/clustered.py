@@ -4,8 +4,8 @@
 monthly partitions) with each file spanning ``--era-years`` years of months (2: 24 of 96 months, as the large
 section loads it; 8: every file across all 96), then loads it into fresh posts tables (monthly partitions),
 interleaved over ``--rounds`` rounds (each round in the other order): ClickHouse's defaults, the plan's other
-settings with 256 MiB and with 1 GiB blocks (2 threads), and the plan itself, whose block rule reads the files'
-spread from their footers (``core/plan/settings.py``: past 256 MiB only for files clustered by the partition key).
+settings with 256 MiB and with 1 GiB blocks (2 threads), and the plan itself (at 8.2 GiB uncompressed, past the
+size ladder's 8 GiB, its block is sized by the data: ``core/plan/settings.py``).
 Every load lifts ``max_partitions_per_insert_block``. Per load: the insert's seconds and peak memory
 (``system.query_log``) and the active parts right after it. Writes ``bench/results/clustered/era<N>.json``.
 """
@@ -25,7 +25,7 @@ os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
 from bench.common import BUCKET, DATABASE, Planned
 from bench.ladder import COMMON, grid_settings
-from bench.large import LargeSpec, write_large
+from bench.large import LargeSpec, part_counts, write_large
 from bench.measure import new_table, run_sql_insert
 
 MiB = 1024 * 1024
@@ -65,8 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             for label, settings in runs if rnd % 2 == 0 else runs[::-1]:
                 table = new_table(client, DATABASE, posts_ddl, f"clustered_{label.replace('-', '_')}")
                 r = run_sql_insert(client, DATABASE, table, planned.source, settings, ready=False)
-                parts = client.execute("SELECT count() FROM system.parts WHERE active AND "
-                                       f"database = '{DATABASE}' AND table = '{table}'")[0][0]
+                parts = part_counts(client, DATABASE, table)["parts"]
                 client.execute(f"DROP TABLE `{DATABASE}`.`{table}` SYNC")
                 out["loads"].append({"round": rnd + 1, "label": label, "duration_s": r["duration_s"],
                                      "peak_memory": r["peak_memory"], "rows": r["rows"], "parts": parts,

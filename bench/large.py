@@ -229,7 +229,8 @@ class PartsPeak:
             self._sample()  # right after the insert (a load shorter than the interval gets one sample)
 
 
-def _parts(client: Any, database: str, table: str) -> dict[str, int]:
+def part_counts(client: Any, database: str, table: str) -> dict[str, int]:
+    """The table's active parts, partitions, most parts in one partition and bytes on disk."""
     parts, partitions, most, on_disk = client.execute(
         "SELECT sum(n), count(), max(n), sum(b) FROM (SELECT partition_id, count() AS n, "
         "sum(bytes_on_disk) AS b FROM system.parts WHERE database = %(d)s AND table = %(t)s AND active "
@@ -293,9 +294,9 @@ def bench_large(stack: Any, quick: bool = False, log: Callable[[str], None] = pr
                     else:
                         cfg = types.SimpleNamespace(ready_timeout_s=spec.ready_timeout_s)
                         r = run_operator(stack, client, ds, table, cfg, ready=False)  # type: ignore[arg-type]
-                after = _parts(client, DATABASE, table)
+                after = part_counts(client, DATABASE, table)
                 ready = wait_ready(client, DATABASE, table, spec.ready_timeout_s) if r["ok"] else {}
-            end = _parts(client, DATABASE, table)
+            end = part_counts(client, DATABASE, table)
             table_rows = int(client.execute(f"SELECT count() FROM `{DATABASE}`.`{table}`")[0][0])
         finally:
             client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
