@@ -16,6 +16,7 @@ At each point (rung x partitions), one round, interleaved, each load into a fres
 - ``plan``: the same statement with the plan's settings (``make_plan`` for that table and these files);
 - the grid: the plan's settings with ``max_insert_threads`` x ``min_insert_block_size_bytes`` of
   :data:`GRID`, and with ClickHouse's default download buffer instead of the plan's (``*-buf10``);
+- ``defaults-again``: the defaults' statement once more: how far two identical loads fall apart here;
 - ``operator``: ``S3ToClickHouseOperator(...).execute`` (listing, plan, staging table, insert, publish,
   figures), its wall time against ``defaults``' client wall time; ``operator-compact``: the same with its staging
   table writing parts under 64 MiB Compact (``min_bytes_for_wide_part``; not what the operator does: those
@@ -23,7 +24,9 @@ At each point (rung x partitions), one round, interleaved, each load into a fres
 
 Per load: the insert's ``query_duration_ms`` and ``memory_usage`` (``system.query_log``). Per point: the
 fastest load whose peak fits the plan's budget, the plan against it (within 5 %?), the lightest load within
-5 % of the fastest, and whether the plan's extra memory over the defaults bought >= 5 % speed. Writes
+5 % of the fastest, and whether the plan's extra memory over the defaults bought >= 5 % speed; and each load
+against the defaults of its own round (``paired``: the median ratio over the rounds and its range).
+``--labels`` keeps only some loads beside the defaults and the plan, for more rounds of fewer loads. Writes
 ``bench/results/ladder/ladder.json`` (``--out``), a markdown table (``ladder.md``) and ``ladder.png`` (speed
 against peak memory per point, the plan marked) next to it.
 """
@@ -154,6 +157,31 @@ def _one_load(stack: Any, client: Any, ds: Any, ddl: Any, tag: str, label: str, 
     return {k: v for k, v in r.items() if k not in ("settings_reasons", "query_id")}
 
 
+def paired(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each load against the defaults of the same round (the machine's drift cancels), over the rounds: the
+    median ratio of insert durations (> 1: slower than the defaults) and its range. ``defaults-again`` (the very
+    same statement) shows what the machine's noise alone gives."""
+    out: dict[str, Any] = {}
+    for label, runs in rounds.items():
+        if label == "defaults":
+            continue
+        ratios = sorted(r["duration_s"] / d["duration_s"] for r, d in zip(runs, rounds["defaults"], strict=False)
+                        if r.get("ok") and d.get("ok"))
+        if ratios:
+            out[label] = {"median": round(statistics.median(ratios), 3), "min": round(ratios[0], 3),
+                          "max": round(ratios[-1], 3), "rounds": len(ratios),
+                          "slower_in": sum(x > 1 for x in ratios)}
+        if label.startswith("operator"):  # end to end: the defaults' client wall time over the task's
+            pairs = [(d["client_wall_s"] / r["task_wall_s"], r["task_wall_s"] - r["duration_s"])
+                     for r, d in zip(runs, rounds["defaults"], strict=False)
+                     if r.get("ok") and d.get("ok") and r.get("task_wall_s") and d.get("client_wall_s")]
+            if pairs:
+                e2e, around = sorted(x for x, _ in pairs), sorted(y for _, y in pairs)
+                out[label].update(end_to_end_median=round(statistics.median(e2e), 3), end_to_end_min=round(e2e[0], 3),
+                                  end_to_end_max=round(e2e[-1], 3), around_insert_s=[round(y, 3) for y in around])
+    return out
+
+
 def _median(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """A label's record: its median run by duration (its peak and figures), with every run's duration and peak."""
     ok = [r for r in runs if r.get("ok")]
@@ -175,7 +203,8 @@ def _median(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config, repeats: int) -> dict[str, Any]:
+def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config, repeats: int,
+                labels: set[str] | None = None) -> dict[str, Any]:
     client = stack.clickhouse_client(send_receive_timeout=3600)
     ddl = ddl_for(partitions)
     tag = f"{ds.spec.name}_p{partitions}"
@@ -187,7 +216,8 @@ def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config, repeats: int)
     plan = dict(planned.settings)
     runs: list[tuple[str, dict[str, Any] | None]] = [("defaults", dict(COMMON)), ("plan", {**plan, **COMMON})]
     runs += [(label, {**grid_settings(plan, t, b, d), **COMMON}) for label, t, b, d in GRID]
-    runs += [("operator", None), ("operator-compact", None)]
+    runs += [("defaults-again", dict(COMMON)), ("operator", None), ("operator-compact", None)]
+    runs = [run for run in runs if labels is None or run[0] in labels or run[0] in ("defaults", "plan")]
     rounds: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in runs}
     for round_no in range(repeats):
         shift = round_no % len(runs)  # each round starts elsewhere: drift in the machine's load hits all alike
@@ -200,7 +230,8 @@ def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config, repeats: int)
     loads = [_median(label, rounds[label]) for label, _ in runs]
     for load, (_, settings) in zip(loads, runs, strict=True):
         load["same_settings_as_plan"] = settings == runs[1][1]
-    verdict = judge(loads, planned.plan.budget_bytes)
+    verdict = judge([x for x in loads if x["label"] != "defaults-again"], planned.plan.budget_bytes)
+    verdict["paired"] = paired(rounds)
     log(f"{tag}: {verdict}")
     return {"rung": ds.spec.name, "format": ds.spec.fmt, "files": len(ds.keys), "bytes": ds.bytes,
             "partitions": partitions, "rows": ds.spec.rows, "budget_bytes": planned.plan.budget_bytes,
@@ -276,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", default="1,12,120")
     parser.add_argument("--files", type=int, default=20, help="files a rung is written as (20)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per point; medians (3)")
+    parser.add_argument("--labels", help="only these loads beside defaults and plan, e.g. defaults-again,operator "
+                        f"(of {', '.join([g[0] for g in GRID] + ['defaults-again', 'operator', 'operator-compact'])})")
     parser.add_argument("--note", default="")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--workdir", help="where the stack keeps its data (e.g. /dev/shm: a file system without the "
@@ -291,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [s for s in args.sizes.split(",") if s]
     formats = [f for f in args.formats.split(",") if f]
     partitions = [int(p) for p in args.partitions.split(",") if p]
+    labels = set(args.labels.split(",")) if args.labels else None
 
     import airflow_provider_s3ch.operators.s3_to_clickhouse  # noqa: F401 - one version for the whole run
     from airflow_provider_s3ch.local import LocalStack
@@ -317,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
                 ds = write_dataset(spec, pool, stack.s3_client(), BUCKET, node_files_dir(stack))
                 log(f"{spec.name}: {len(ds.keys)} files, {ds.bytes / 1e6:,.0f} MB written in {ds.write_seconds:.0f} s")
                 for p in partitions:
-                    out["points"].append(bench_point(stack, ds, p, cfg, args.repeats))
+                    out["points"].append(bench_point(stack, ds, p, cfg, args.repeats, labels))
                     args.out.write_text(json.dumps(out, indent=2, default=str) + "\n")
                 s3 = stack.s3_client()
                 for key in ds.keys:
