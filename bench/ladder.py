@@ -265,6 +265,17 @@ def report(out: dict[str, Any]) -> str:
             f"| {v.get('plan_memory_over_defaults', '-')} | {v.get('plan_speedup_over_defaults', '-')} "
             f"| {v.get('operator_end_to_end_vs_defaults', '-')} | {v.get('operator_around_insert_s', '-')} "
             f"| {v.get('operator_publish_ms', '-')} → {v.get('operator_compact_publish_ms', '-')} |")
+    paired_points = [p for p in out["points"] if p["verdict"].get("paired")]
+    if paired_points:
+        lines += ["", "Each load against the defaults of its round (insert seconds; median over the rounds, range):",
+                  "", "| rung | partitions | load | vs defaults | range | slower in | end to end (operator) |",
+                  "|---|---:|---|---:|---|---:|---:|"]
+        for p in paired_points:
+            for label, r in p["verdict"]["paired"].items():
+                e2e = f"{r['end_to_end_median']} ({r['end_to_end_min']}-{r['end_to_end_max']})" \
+                    if "end_to_end_median" in r else "-"
+                lines.append(f"| {p['rung']} | {p['partitions']} | {label} | {r['median']} | {r['min']}-{r['max']} "
+                             f"| {r['slower_in']} of {r['rounds']} | {e2e} |")
     return "\n".join(lines) + "\n"
 
 
