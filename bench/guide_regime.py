@@ -280,10 +280,11 @@ def comparison_lines(rs: list[dict[str, Any]]) -> list[str]:
         "`max_memory_usage` would stop such a load rather than let it take the node. The plan predicts "
         f"{fmt_bytes(clc['predicted_peak_bytes'] or 0)} per node with 32 GiB per node, between the guide's two "
         "measured peaks (11.75 and 26.57 GiB).",
-        f"- **max_download_buffer_size**: the plan leaves ClickHouse's default (10 MiB) because the median file "
-        f"(~{fmt_bytes(GUIDE_BYTES // GUIDE_FILES)}, equal sizes assumed) is above its 100 MiB threshold: such files "
-        "are better read in parallel ranges. The guide's 50 MB is for files 'too small for parallel reading', and "
-        "its inserts do not set it either; with the real, uneven monthly sizes the median may fall on either side.",
+        f"- **max_download_buffer_size**: the plan leaves ClickHouse's default (10 MiB): these are Parquet files "
+        "(on the size ladder the guide's 50 MiB slowed Parquet loads by 5-8 %; docs/tuning.md), and the median file "
+        f"(~{fmt_bytes(GUIDE_BYTES // GUIDE_FILES)}, equal sizes assumed) is above its 100 MiB threshold as well: "
+        "such files are better read in parallel ranges. The guide's 50 MB is for files 'too small for parallel "
+        "reading', and its inserts do not set it either.",
         "- **max_memory_usage**: the plan always sets it (the budget); the guide sets none and relies on the "
         "server's own limit.",
     ]

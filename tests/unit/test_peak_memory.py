@@ -123,7 +123,10 @@ def within_rule(peak: int, predicted: int) -> bool:
                          ids=[f"{m.format}-{path}" for m, path, _, _ in MEASURED_16])
 def test_the_prediction_holds_on_16_cores(man: Manifest, path: str, operator: list[int], hand: list[int]) -> None:
     plan = make_plan(request(), man, profile(cores=16, memory=125 * 1024 * MiB), source_url=SOURCE_URL)
-    assert {k: plan.settings.values.get(k) for k in PLAN_16} == PLAN_16 and "max_threads" not in plan.settings.values
+    # The loads were measured with PLAN_16; Parquet now keeps ClickHouse's download buffer (the size ladder), which
+    # the peak model does not count.
+    planned = dict(PLAN_16, max_download_buffer_size=None) if man.format == "Parquet" else PLAN_16
+    assert {k: plan.settings.values.get(k) for k in PLAN_16} == planned and "max_threads" not in plan.settings.values
     fmt, compression = man.format, man.compression
     assert plan.predicted_peak_bytes == predict_peak(PLAN_16, man, cores=16, fmt=fmt, compression=compression).bytes
     assert not any("will likely stop" in w for w in plan.warnings)

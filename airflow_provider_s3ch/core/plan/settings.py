@@ -90,6 +90,15 @@ LARGE_DOWNLOAD_BUFFER_BYTES = 52_428_800
 #: are better read in parallel ranges with ClickHouse's default 10 MiB buffer.
 SMALL_FILE_BYTES = 100 * MiB
 
+#: Formats that keep ClickHouse's 10 MiB download buffer whatever their files: on the size ladder (1 GB in 20
+#: files of ~46 MiB, 8 rounds each paired with the defaults of its round) the guide's 50 MiB made Parquet loads
+#: slower in 7 of 8 rounds at each of 1/12/120 partitions (median 1.05-1.08x the defaults' time; the plan's other
+#: settings with the 10 MiB buffer: 1.00-1.01x), while on gzip'd CSV it made them faster in all 24 rounds
+#: (0.84-0.89x; bench/results/ladder/ladder_1gb_paired.json).
+#: A Parquet reader fetches its column chunks by range itself; files over 2 x 10 MiB are then also fetched in
+#: parallel ranges, which the 50 MiB buffer turns off for files under 100 MiB.
+DEFAULT_BUFFER_FORMATS = frozenset({"parquet"})
+
 #: From this S3 request latency (ms: the quickest of the listing's calls: location, list pages, footer reads)
 #: on, a Parquet load reads with :data:`LATENT_READING_THREADS` streams: each stream waits on S3 most of the
 #: time. In-region S3 answers a small request in 10-50 ms; a local S3 in 1-10 ms (up to ~18 ms on a starved
@@ -275,7 +284,7 @@ def plan_settings(
     put("min_insert_block_size_rows", 0, "0 disables the row threshold so the bytes threshold governs (the guide)")
 
     median = manifest.summary()["median_file_bytes"]
-    if manifest.file_count >= threads and median <= SMALL_FILE_BYTES:
+    if manifest.file_count >= threads and median <= SMALL_FILE_BYTES and fmt.lower() not in DEFAULT_BUFFER_FORMATS:
         put(
             "max_download_buffer_size",
             LARGE_DOWNLOAD_BUFFER_BYTES,
