@@ -182,6 +182,25 @@ def paired(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return out
 
 
+def paired_verdict(point: dict[str, Any]) -> dict[str, Any]:
+    """The point's verdict on the paired ratios (:func:`paired`): the fastest load whose median peak fits the
+    plan's budget (the defaults count 1.0), the plan against it, and whether the plan's extra memory over the
+    defaults, if any, bought >= 5 %. Empty where the point has no paired figures."""
+    ratios = {label: r["median"] for label, r in (point["verdict"].get("paired") or {}).items()}
+    by = {x["label"]: x for x in point["loads"] if x.get("ok")}
+    if "plan" not in ratios or "defaults" not in by:
+        return {}
+    ratios["defaults"] = 1.0
+    fits = {label: r for label, r in ratios.items() if label in by and not label.startswith(("operator", "defaults-"))
+            and by[label]["peak_memory"] <= point["budget_bytes"]}
+    fastest = min(fits, key=fits.__getitem__)
+    memory = by["plan"]["peak_memory"] / max(1, by["defaults"]["peak_memory"])
+    return {"fastest": fastest, "plan_vs_fastest": round(ratios["plan"] / fits[fastest], 3),
+            "plan_within_5pct": ratios["plan"] <= (1 + TOLERANCE) * fits[fastest],
+            "plan_memory_over_defaults": round(memory, 3),
+            "memory_ok": memory <= 1 or ratios["plan"] <= 1 - TOLERANCE}
+
+
 def _median(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     """A label's record: its median run by duration (its peak and figures), with every run's duration and peak."""
     ok = [r for r in runs if r.get("ok")]
@@ -270,12 +289,20 @@ def report(out: dict[str, Any]) -> str:
         lines += ["", "Each load against the defaults of its round (insert seconds; median over the rounds, range):",
                   "", "| rung | partitions | load | vs defaults | range | slower in | end to end (operator) |",
                   "|---|---:|---|---:|---|---:|---:|"]
+        verdicts = ["", "The verdict on those ratios (the fastest load whose peak fits the plan's budget):", "",
+                    "| rung | partitions | fastest fitting | plan / fastest | within 5 % | plan memory / defaults "
+                    "| memory ok |", "|---|---:|---|---:|---|---:|---|"]
         for p in paired_points:
+            v = paired_verdict(p)
+            if v:
+                verdicts.append(f"| {p['rung']} | {p['partitions']} | {v['fastest']} | {v['plan_vs_fastest']} "
+                                f"| {v['plan_within_5pct']} | {v['plan_memory_over_defaults']} | {v['memory_ok']} |")
             for label, r in p["verdict"]["paired"].items():
                 e2e = f"{r['end_to_end_median']} ({r['end_to_end_min']}-{r['end_to_end_max']})" \
                     if "end_to_end_median" in r else "-"
                 lines.append(f"| {p['rung']} | {p['partitions']} | {label} | {r['median']} | {r['min']}-{r['max']} "
                              f"| {r['slower_in']} of {r['rounds']} | {e2e} |")
+        lines += verdicts
     return "\n".join(lines) + "\n"
 
 
