@@ -26,7 +26,8 @@ Per load: the insert's ``query_duration_ms`` and ``memory_usage`` (``system.quer
 fastest load whose peak fits the plan's budget, the plan against it (within 5 %?), the lightest load within
 5 % of the fastest, and whether the plan's extra memory over the defaults bought >= 5 % speed; and each load
 against the defaults of its own round (``paired``: the median ratio over the rounds and its range).
-``--labels`` keeps only some loads beside the defaults and the plan, for more rounds of fewer loads. Writes
+``--labels`` keeps only some loads beside the defaults and the plan, for more rounds of fewer loads;
+``--variant`` adds the defaults' statement with some settings changed (integer values). Writes
 ``bench/results/ladder/ladder.json`` (``--out``), a markdown table (``ladder.md``) and ``ladder.png`` (speed
 against peak memory per point, the plan marked) next to it.
 """
@@ -223,7 +224,7 @@ def _median(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config, repeats: int,
-                labels: set[str] | None = None) -> dict[str, Any]:
+                labels: set[str] | None = None, variants: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     client = stack.clickhouse_client(send_receive_timeout=3600)
     ddl = ddl_for(partitions)
     tag = f"{ds.spec.name}_p{partitions}"
@@ -237,6 +238,7 @@ def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config, repeats: int,
     runs += [(label, {**grid_settings(plan, t, b, d), **COMMON}) for label, t, b, d in GRID]
     runs += [("defaults-again", dict(COMMON)), ("operator", None), ("operator-compact", None)]
     runs = [run for run in runs if labels is None or run[0] in labels or run[0] in ("defaults", "plan")]
+    runs += [(name, {**COMMON, **values}) for name, values in (variants or {}).items()]
     rounds: dict[str, list[dict[str, Any]]] = {label: [] for label, _ in runs}
     for round_no in range(repeats):
         shift = round_no % len(runs)  # each round starts elsewhere: drift in the machine's load hits all alike
@@ -347,6 +349,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds per point; medians (3)")
     parser.add_argument("--labels", help="only these loads beside defaults and plan, e.g. defaults-again,operator "
                         f"(of {', '.join([g[0] for g in GRID] + ['defaults-again', 'operator', 'operator-compact'])})")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:SETTING=VALUE,...",
+                        help="one more load: the defaults' statement with these settings (repeatable), e.g. "
+                        "dedup0:insert_deduplicate=0")
     parser.add_argument("--note", default="")
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--workdir", help="where the stack keeps its data (e.g. /dev/shm: a file system without the "
@@ -363,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
     formats = [f for f in args.formats.split(",") if f]
     partitions = [int(p) for p in args.partitions.split(",") if p]
     labels = set(args.labels.split(",")) if args.labels else None
+    variants = {name: {k: int(v) for k, v in (kv.split("=", 1) for kv in spec.split(","))}
+                for name, spec in (v.split(":", 1) for v in args.variant)}
 
     import airflow_provider_s3ch.operators.s3_to_clickhouse  # noqa: F401 - one version for the whole run
     from airflow_provider_s3ch.local import LocalStack
@@ -389,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                 ds = write_dataset(spec, pool, stack.s3_client(), BUCKET, node_files_dir(stack))
                 log(f"{spec.name}: {len(ds.keys)} files, {ds.bytes / 1e6:,.0f} MB written in {ds.write_seconds:.0f} s")
                 for p in partitions:
-                    out["points"].append(bench_point(stack, ds, p, cfg, args.repeats, labels))
+                    out["points"].append(bench_point(stack, ds, p, cfg, args.repeats, labels, variants))
                     args.out.write_text(json.dumps(out, indent=2, default=str) + "\n")
                 s3 = stack.s3_client()
                 for key in ds.keys:
