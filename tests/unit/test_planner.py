@@ -331,6 +331,7 @@ def test_expansion_factor(fmt: str, compression: str | None, factor: float) -> N
 def test_many_small_files_get_the_large_download_buffer() -> None:
     p = plan(man=manifest(files=12, total=12 * 20 * MiB, fmt="CSV", compression="gzip"), prof=profile(cores=8))
     assert p.settings.values["max_download_buffer_size"] == 52428800
+    assert "size ladder" in p.settings.reasons["max_download_buffer_size"]
 
 
 @pytest.mark.parametrize("fmt", ["Parquet", "parquet"])
