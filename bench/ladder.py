@@ -184,22 +184,23 @@ def paired(rounds: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
 
 
 def paired_verdict(point: dict[str, Any]) -> dict[str, Any]:
-    """The point's verdict on the paired ratios (:func:`paired`): the fastest load whose median peak fits the
-    plan's budget (the defaults count 1.0), the plan against it, and whether the plan's extra memory over the
+    """The point's verdict on the paired ratios (:func:`paired`): :func:`bench.large_grid.place` over the loads'
+    median ratios (the defaults count 1.0) and median peaks, and whether the plan's extra memory over the
     defaults, if any, bought >= 5 %. Empty where the point has no paired figures."""
     ratios = {label: r["median"] for label, r in (point["verdict"].get("paired") or {}).items()}
     by = {x["label"]: x for x in point["loads"] if x.get("ok")}
     if "plan" not in ratios or "defaults" not in by:
         return {}
     ratios["defaults"] = 1.0
-    fits = {label: r for label, r in ratios.items() if label in by and not label.startswith(("operator", "defaults-"))
-            and by[label]["peak_memory"] <= point["budget_bytes"]}
-    fastest = min(fits, key=fits.__getitem__)
+    loads = [{"label": label, "ok": True, "duration_s": ratio, "peak_memory": by[label]["peak_memory"]}
+             for label, ratio in ratios.items() if label in by and not label.startswith(("operator", "defaults-"))]
+    placed = place(next(x for x in loads if x["label"] == "plan"), loads, point["budget_bytes"])
+    if "fastest" not in placed:  # nothing fits the budget
+        return {}
     memory = by["plan"]["peak_memory"] / max(1, by["defaults"]["peak_memory"])
-    return {"fastest": fastest, "plan_vs_fastest": round(ratios["plan"] / fits[fastest], 3),
-            "plan_within_5pct": ratios["plan"] <= (1 + TOLERANCE) * fits[fastest],
+    return {**placed, "plan_within_5pct": placed["plan_vs_fastest"] <= 1 + TOLERANCE,
             "plan_memory_over_defaults": round(memory, 3),
-            "memory_ok": memory <= 1 or ratios["plan"] <= 1 - TOLERANCE}
+            "memory_ok": memory <= 1 or 1 / ratios["plan"] >= 1 + TOLERANCE}
 
 
 def _median(label: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
