@@ -114,6 +114,10 @@ _REFUSED = re.compile(r"HTTP response code: 40[13]|access ?denied|NAMED COLLECTI
                       r"SignatureDoesNotMatch|AssumeRole|error 499|No response body", re.IGNORECASE)
 
 
+#: A 404: the file is gone, whatever the credentials (no refusal's hint).
+_GONE = re.compile(r"HTTP response code: 404\b|\bNoSuchKey\b", re.IGNORECASE)
+
+
 def with_hint(exc: BaseException, access: S3Access, bucket: str | None = None) -> BaseException | None:
     """``exc`` again with :meth:`S3Access.hint` appended: when S3 refused the server's read
     (:class:`~airflow_provider_s3ch.core.errors.S3AccessDeniedError`, in every mode), or, where the keys stay on
@@ -128,7 +132,7 @@ def with_hint(exc: BaseException, access: S3Access, bucket: str | None = None) -
         return None
     if isinstance(exc, S3AccessDeniedError):
         text = f"{exc}; {access.hint(bucket)}"
-    elif access.sends_keys or not _REFUSED.search(str(exc)):
+    elif access.sends_keys or not _REFUSED.search(str(exc)) or _GONE.search(str(exc)):
         return None
     else:
         text = f"{exc}; if S3 refused the read: {access.hint(bucket)}"

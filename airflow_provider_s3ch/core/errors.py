@@ -199,6 +199,20 @@ _S3_TRANSIENT = re.compile(
 )
 
 
+#: What the server's message says when a file it was to read is not in S3 (deleted after the run looked at it).
+_S3_MISSING = re.compile(r"HTTP response code: 404\b|\bNoSuchKey\b", re.IGNORECASE)
+
+
+def is_s3_missing(code: int | None, message: str) -> bool:
+    """Whether a server error is S3 answering 404 for a file the load names: it was deleted between the run's look
+    at S3 (its listing, or the HeadObject of an event's file) and the insert's read.
+
+    :param code: the server's error code (``S3_ERROR``, 499).
+    :param message: the server's message.
+    """
+    return code == S3_ERROR and bool(_S3_MISSING.search(message)) and not _S3_TRANSIENT.search(message)
+
+
 def is_s3_refusal(code: int | None, message: str) -> bool:
     """Whether a server error is S3 refusing the server's request (403 / access denied, unknown keys, a bad
     signature), not throttling or a failure of S3's own (those a retry may pass).
@@ -231,6 +245,10 @@ def classify_server_error(code: int | None, message: str = "") -> ServerErrorCla
     if is_s3_refusal(code, message):
         return ServerErrorClass(
             "s3_refused", "S3 refused the server's read: access denied; a retry is refused the same way")
+    if is_s3_missing(code, message):
+        return ServerErrorClass(
+            "transient", "a file was deleted from S3 after the run looked at it (its listing, or the file's "
+            "HeadObject in a run from events): the retry looks again and loads the other files without it")
     if is_query_memory_limit(code, message):
         return ServerErrorClass(
             "terminal", "the load hit its own memory limit (max_memory_usage): raise memory_cap or lower the threads"

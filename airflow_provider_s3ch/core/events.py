@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from airflow_provider_s3ch.core.errors import InvalidRequestError, NothingMatchedError
 from airflow_provider_s3ch.core.glob import archive_path_syntax, compile_glob, split_archive
 from airflow_provider_s3ch.core.manifest import Listing, check_listing, make_manifest
-from airflow_provider_s3ch.core.models import LoadRequest, Manifest
+from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object
 
 #: The most files one event names; more wait for the next event (the payload's ``pending``).
 MAX_FILES_PER_EVENT = 1000
@@ -202,14 +202,45 @@ def event_payloads(extras: Iterable[Mapping[str, Any] | None], bucket: str) -> l
     return out
 
 
-def manifest_of(request: LoadRequest, files: Iterable[EventFile], *, region: str | None, calls: int) -> Manifest:
+def as_now(files: Sequence[EventFile], now: Mapping[str, S3Object | None]
+           ) -> tuple[list[EventFile], list[str], list[str]]:
+    """The files events named, as S3 holds them now: an event is a hint, and the file may have been overwritten
+    (another ETag) or deleted since. A run loads the version S3 holds when it looks (and the ledger records that
+    one); a file gone is left out.
+
+    :param files: the files the events name (one per key: :func:`union`).
+    :param now: each key's object as a HeadObject found it (None: no such key).
+    :return: the files there now (their size, ETag and time S3's), the keys gone, and the keys whose ETag changed.
+    """
+    current: list[EventFile] = []
+    gone: list[str] = []
+    changed: list[str] = []
+    for f in files:
+        obj = now.get(f.key, f)  # a key not looked up keeps the event's version
+        if obj is None:
+            gone.append(f.key)
+            continue
+        if isinstance(obj, EventFile):
+            current.append(obj)
+            continue
+        etag = obj.etag or f.etag
+        if etag != f.etag:
+            changed.append(f.key)
+        current.append(EventFile(key=f.key, size=obj.size, etag=etag,
+                                 last_modified=obj.last_modified or f.last_modified))
+    return current, gone, changed
+
+
+def manifest_of(request: LoadRequest, files: Iterable[EventFile], *, region: str | None, calls: int,
+                gone: Iterable[str] = ()) -> Manifest:
     """The manifest of files an event named, as a listing of the same files would have made it: the glob's
     files only, format and compression from the keys (unless the request names them), checked as a listing is.
 
     :param request: the validated request.
     :param files: the files (:func:`union` of the run's events).
     :param region: the bucket's region; None when unknown.
-    :param calls: the S3 calls made to settle it (the location).
+    :param calls: the S3 calls made to settle it (the location, the files' HeadObjects).
+    :param gone: keys of ``files`` that S3 no longer holds: in the manifest's ``gone`` (the ledger leaves them out).
     :raises NothingMatchedError: none of the files matches the glob.
     :raises InvalidRequestError: the glob matches a key ClickHouse cannot read as named.
     :raises FormatError: the files' format or compression is unknown or mixed and the request names none.
@@ -227,7 +258,10 @@ def manifest_of(request: LoadRequest, files: Iterable[EventFile], *, region: str
     for obj in listing.matched:
         obj.etag, obj.last_modified = versions[obj.key].etag or None, versions[obj.key].last_modified
     check_listing(request, listing)
-    return make_manifest(request, listing, region=region, calls=calls)
+    manifest = make_manifest(request, listing, region=region, calls=calls)
+    missing = set(gone)
+    return manifest.model_copy(update={"gone": sorted({o.key for o in manifest.objects} & missing)}) if missing \
+        else manifest
 
 
 def message_files(body: str, bucket: str | None = None) -> list[EventFile] | None:

@@ -458,6 +458,19 @@ def confirm(
 # ---------------------------------------------------------------------- what the insert reads
 
 
+def moved_on(files: Sequence[S3Object], now: Mapping[str, S3Object | None]
+             ) -> tuple[list[S3Object], list[S3Object]]:
+    """Of the files a load listed, those S3 no longer holds as listed: gone (no such key now), and overwritten (its
+    ETag now another); a key not looked up counts as unchanged.
+
+    :param files: the files as listed.
+    :param now: each key's object as a HeadObject found it (None: no such key).
+    """
+    gone = [o for o in files if o.key in now and now[o.key] is None]
+    changed = [o for o in files if (n := now.get(o.key)) is not None and n.etag and o.etag and n.etag != o.etag]
+    return gone, changed
+
+
 def key_list_pattern(keys: Sequence[str], pattern: str, *, archive_syntax: bool = True) -> tuple[str, str]:
     """The key pattern under which ClickHouse reads exactly ``keys``: one key as it is, several as one
     ``{k1,k2,…}`` group, which ClickHouse expands into direct reads without listing; for an archive glob
@@ -515,6 +528,7 @@ def shown(keys: Sequence[str]) -> list[str]:
 def summary(
     ledger: TableRef, selection: Selection, *, load_id: str, lost: Sequence[S3Object] = (),
     committed: Sequence[LedgerRow] = (), claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
+    gone: Sequence[str] = (), overwritten: Sequence[str] = (),
 ) -> dict[str, object]:
     """The XCom's ``ledger`` entry: counts of every outcome, and the first keys of each (JSON-safe).
 
@@ -524,6 +538,10 @@ def summary(
     :param lost: files this load claimed and another load holds (they count as ``skipped_claimed``).
     :param committed: rows recorded ``loaded`` on this look (``pending`` rows whose staging table was gone).
     :param claim_timeout: the claim timeout in force.
+    :param gone: keys deleted from S3 after the run's look (its events or listing) and before their insert: left
+        out, nothing recorded loaded for them.
+    :param overwritten: keys overwritten after the run's listing and before their chunk's insert: left out
+        (their claims released) for the next look to load as the version they are then.
     """
     claimed = [*selection.skipped_claimed, *(o.key for o in lost)]
     recovered = [r.key for r in committed]
@@ -544,6 +562,10 @@ def summary(
         "skipped_claimed_keys": shown(claimed),
         "skipped_changed_keys": shown(selection.skipped_changed),
         "recovered_keys": shown(recovered),
+        "gone": len(gone),
+        "gone_keys": shown(gone),
+        "overwritten": len(overwritten),
+        "overwritten_keys": shown(overwritten),
         "keys_shown": KEYS_SHOWN,
         "claim_timeout": claim_timeout,
         "chunks": selection.chunks,
@@ -564,4 +586,6 @@ def summary_line(s: Mapping[str, object]) -> str:
     """The log's line of a :func:`summary`: the counts of every outcome."""
     return (f"{s['new']} new, {s['reloaded']} reloaded; skipped {s['skipped_loaded']} loaded, {s['skipped_claimed']} "
             f"held by another load, {s['skipped_changed']} changed; {s['recovered']} recovered"
+            + (f"; {s['gone']} gone from S3" if s.get("gone") else "")
+            + (f"; {s['overwritten']} overwritten before their insert" if s.get("overwritten") else "")
             + (" (a retry: the files its earlier try held)" if s["retry"] else ""))

@@ -359,6 +359,9 @@ class Manifest(BaseModel):
     #: Parquet only: the first file's key (the file the schema check describes) and its footer's schema alone
     #: (``core.parquet_footer.schema_file``); kept in memory, out of every dump (XComs, trigger payloads).
     sample_schema: tuple[str, bytes] | None = Field(default=None, exclude=True, repr=False)
+    #: Keys of :attr:`objects` that S3 no longer holds (a run from events looked each file up: deleted since its
+    #: event); the file ledger leaves them out and counts them (``gone``), nothing reads them.
+    gone: list[str] = Field(default_factory=list)
 
     @property
     def file_count(self) -> int:

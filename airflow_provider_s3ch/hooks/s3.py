@@ -17,9 +17,7 @@ from typing import Any
 from botocore.client import BaseClient
 from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError, PartialCredentialsError
 
-from airflow_provider_s3ch.core import events
 from airflow_provider_s3ch.core import manifest as policy
-from airflow_provider_s3ch.core.events import EventFile
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.errors import BucketError, S3chError, S3UnavailableError, provider_errors
 from airflow_provider_s3ch.hooks.quiet import quiet_loggers
@@ -112,19 +110,28 @@ def _head(client: BaseClient, bucket: str, key: str) -> dict[str, Any] | None:
         raise _botocore_error(exc) from exc
 
 
+#: The most HeadObject calls in flight at once when looking up many keys (boto3's clients are thread-safe).
+HEAD_THREADS = 16
+
+
 @quiet_loggers()
 def head_objects(client: BaseClient, bucket: str, keys: Iterable[str]) -> dict[str, S3Object | None]:
-    """One HeadObject per key: the object with its size, ETag and last-modified time (the file ledger's
-    version), or None where the key does not exist."""
-    out: dict[str, S3Object | None] = {}
-    for key in keys:
+    """One HeadObject per key (up to :data:`HEAD_THREADS` at once): the object with its size, ETag and
+    last-modified time (the file ledger's version), or None where the key does not exist."""
+    unique = list(dict.fromkeys(keys))
+
+    def one(key: str) -> S3Object | None:
         head = _head(client, bucket, key)
         if head is None:
-            out[key] = None
-            continue
-        out[key] = obj = S3Object(key=key, size=int(head.get("ContentLength") or 0))
+            return None
+        obj = S3Object(key=key, size=int(head.get("ContentLength") or 0))
         _stamp([obj], {key: head})
-    return out
+        return obj
+
+    if len(unique) <= 1:
+        return {key: one(key) for key in unique}
+    with ThreadPoolExecutor(max_workers=min(HEAD_THREADS, len(unique)), thread_name_prefix="s3ch-head") as pool:
+        return dict(zip(unique, pool.map(one, unique), strict=True))
 
 
 @quiet_loggers()
@@ -155,25 +162,6 @@ def list_pages(client: BaseClient, bucket: str, prefix: str, start_after: str | 
     one S3 call per page; the errors are :func:`list_matching`'s."""
     with provider_errors():
         yield from _list_pages(client, bucket, prefix, start_after)
-
-
-@quiet_loggers()
-def manifest_of_files(client: BaseClient, request: LoadRequest, files: Iterable[EventFile], *,
-                      on_listed: Callable[[Manifest], None] | None = None) -> Manifest:
-    """The manifest of files an event named (:func:`~airflow_provider_s3ch.core.events.manifest_of`): no listing
-    and no HeadObject; one GetBucketLocation for the region, and the Parquet footers as :func:`build_manifest`
-    reads them.
-
-    :param on_listed: called with the manifest before the footers are read.
-    """
-    with provider_errors():
-        (region, calls), region_ms = _timed(_region_or_none, client, request.bucket)
-        manifest = events.manifest_of(request, files, region=region, calls=calls)
-        if on_listed is not None:
-            on_listed(manifest)
-        if policy.reads_footers(request, manifest.format, manifest.compression):
-            manifest = policy.with_footers(manifest, parquet_footer_stats(client, request.bucket, manifest.objects))
-        return manifest.model_copy(update={"request_ms": min(region_ms, manifest.request_ms or region_ms)})
 
 
 def bucket_region(client: BaseClient, bucket: str) -> str:
@@ -214,7 +202,7 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
         listing = policy.listing_for(request)
         # The bucket's location beside the listing (one request's wait, not two); its errors come first.
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="s3ch-region") as pool:
-            located = pool.submit(_timed, _region_or_none, client, request.bucket)
+            located = pool.submit(timed, region_or_none, client, request.bucket)
             started = time.monotonic()
             try:
                 _fill(client, request.bucket, listing)
@@ -235,7 +223,7 @@ def build_manifest(client: BaseClient, request: LoadRequest, *, footer_sample: i
         return manifest.model_copy(update={"request_ms": quickest})
 
 
-def _timed(call: Any, *args: Any) -> tuple[Any, float]:
+def timed(call: Any, *args: Any) -> tuple[Any, float]:
     """``call(*args)`` and the milliseconds it took."""
     started = time.monotonic()
     return call(*args), round((time.monotonic() - started) * 1000, 1)
@@ -275,7 +263,7 @@ def _stamp(objects: list[S3Object], entries: dict[str, dict[str, Any]]) -> None:
         obj.last_modified = modified.astimezone(UTC) if isinstance(modified, datetime) else None
 
 
-def _region_or_none(client: BaseClient, bucket: str) -> tuple[str | None, int]:
+def region_or_none(client: BaseClient, bucket: str) -> tuple[str | None, int]:
     """The bucket's region and the call count; None when only GetBucketLocation is refused.
 
     A connection may be allowed to list a bucket and not to read its location; the region check

@@ -53,13 +53,14 @@ from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Resume
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.load.heartbeat import Heartbeat
 from airflow_provider_s3ch.load.ledger_table import LedgerTable
+from airflow_provider_s3ch.load.ledger_versions import LooksAgain
 from airflow_provider_s3ch.load.report import LoadReport, NothingNew, nothing_new_report
 
 #: Settings of the ledger's writes: every state row is stored and visible when the INSERT returns.
 WRITE_SETTINGS = {"insert_deduplicate": 0, "async_insert": 0}
 
 
-class LedgerRun:
+class LedgerRun(LooksAgain):
     """One load's use of the ledger: select and claim its files, then record ``pending`` before the staging
     table's partitions move and ``loaded`` after; give the claims back when the load fails having left
     nothing behind.
@@ -102,6 +103,7 @@ class LedgerRun:
         self.table = LedgerTable(hook, self.ledger, self.log)
         #: The partition ids this load's rows record, by key (a retry whose staging table is gone keeps them).
         self._recorded: dict[str, tuple[str, ...]] = {}
+        self.look, self.gone, self.overwritten = None, [], []
 
     # ------------------------------------------------------------------ the table
     def exists(self) -> bool:
@@ -132,8 +134,11 @@ class LedgerRun:
         return EarlierLoads(others, in_flight, min((r.block for r in own if r.state == "pending"), default=0))
 
     def listed(self) -> list[S3Object]:
-        """The whole listing's objects (what the glob matched)."""
-        return list(self._manifest.objects) if self._manifest is not None else []
+        """The whole listing's objects (what the glob matched), less those gone from S3 since."""
+        if self._manifest is None:
+            return []
+        gone = set(self.gone)
+        return [o for o in self._manifest.objects if o.key not in gone]
 
     def facts(self, rows: Sequence[LedgerRow | EarlierRow]) -> LoadActivity:
         """Which staging tables exist (of the load or of its chunks) and whose query runs, for this load and
@@ -200,6 +205,10 @@ class LedgerRun:
         else:
             self.create()
             present = True
+        self.gone = list(manifest.gone)
+        if manifest.gone:  # deleted since their events: nothing to read, nothing recorded loaded
+            missing = set(manifest.gone)
+            manifest = manifest.model_copy(update={"objects": [o for o in manifest.objects if o.key not in missing]})
         rows = self.read(o.key for o in manifest.objects) if present else []
         self._recorded = {r.key: r.partitions for r in rows if r.load_id == self.own and r.partitions}
         facts = self.facts(rows) if present else LoadActivity()
@@ -255,12 +264,24 @@ class LedgerRun:
                                          or not self.beat.fresh()):
             self._renew(chunk)
             chunk = next((c for c in self.chunks if c.number == chunk.number), Chunk(number=chunk.number))
+        if self._looks_again(chunk):
+            chunk = self._as_now(chunk)
         if not chunk.files or self._manifest is None:
             return None
         body, pattern = key_list_pattern([o.key for o in chunk.files], self.request.key_pattern,
                                          archive_syntax=archive_path_syntax(self.request.settings))
         return ChunkStart(chunk, narrow_manifest(self._manifest, chunk.files, pattern),
                           key_url(self.url, self.request.key_pattern, body))
+
+    def _drop(self, files: Sequence[S3Object]) -> None:
+        """Release ``files`` and take them out of the load's files and chunks."""
+        if not files:
+            return
+        self.write(files, "released", query_id=str(self.query_id))
+        dropped = {o.key for o in files}
+        self.files = [o for o in self.files if o.key not in dropped]
+        self.chunks = [c.model_copy(update={"files": [o for o in c.files if o.key not in dropped]})
+                       for c in self.chunks]
 
     def _renew(self, current: Chunk) -> None:
         """Claim again the files of the chunks not started yet (this one unless its insert finished), so that
@@ -276,12 +297,8 @@ class LedgerRun:
         rows = self.read(o.key for o in files)
         kept, lost = confirm(files, rows, self.facts(rows), own=self.own, claim_timeout=self.claim_timeout)
         if lost:
-            self.write(lost, "released", query_id=str(self.query_id))
+            self._drop(lost)
             self.lost.extend(lost)
-            gone = {o.key for o in lost}
-            self.files = [o for o in self.files if o.key not in gone]
-            self.chunks = [c.model_copy(update={"files": [o for o in c.files if o.key not in gone]})
-                           for c in self.chunks]
             self.log.warning("Ledger: %d file(s) of later chunks were taken by another load while this one ran "
                              "(its claims went stale): left to it: %s", len(lost), ", ".join(o.key for o in lost[:5]))
         self.log.info("Ledger: renewed the claims on %d file(s) of the chunks to come", len(files) - len(lost))
@@ -359,7 +376,8 @@ class LedgerRun:
     def summary(self) -> dict[str, Any]:
         """The XCom's ``ledger`` entry."""
         return summary(self.ledger, self.selection.model_copy(update={"files": self.files}), load_id=self.own,
-                       lost=self.lost, committed=self.recovered, claim_timeout=self.claim_timeout)
+                       lost=self.lost, committed=self.recovered, claim_timeout=self.claim_timeout, gone=self.gone,
+                       overwritten=self.overwritten)
 
     def standing(self) -> Standing:
         """What the ledger says of the listed files now (the run's freshness)."""

@@ -40,6 +40,7 @@ from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_insert
 from airflow_provider_s3ch.errors import BucketError, LoadError, S3AccessDeniedError, S3chError, in_place_of
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.s3 import head_objects
 from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
 from airflow_provider_s3ch.load.complete import Inserted, LedgerChunk, lineage_facts, load_report
 from airflow_provider_s3ch.load.freshness import Watch
@@ -179,6 +180,8 @@ class LoadRun:
         still land."""
         ledger = self.parts.ledger(this.hook, self.request, this.query_id, claim_timeout=self.options.claim_timeout,
                                    heartbeat=self.options.claim_heartbeat, log=self.log)
+        bucket = self.request.bucket
+        ledger.look = lambda keys: head_objects(this.source.client(), bucket, keys)
         try:
             return self._chunks(this, target, ledger)
         except BaseException:

@@ -29,7 +29,7 @@ from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.core.recovery import QueryId, first_try_of_series, load_fingerprint
 from airflow_provider_s3ch.core.tables import TableSpec
 from airflow_provider_s3ch.errors import provider_errors, require
-from airflow_provider_s3ch.hooks.s3 import manifest_of_files
+from airflow_provider_s3ch.hooks.s3_events import manifest_of_files
 from airflow_provider_s3ch.lineage import operator_lineage
 from airflow_provider_s3ch.load.report import DeferLoad, LoadReport, NothingNew
 from airflow_provider_s3ch.load.run import LoadRun, RunOptions, RunParts

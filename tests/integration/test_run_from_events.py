@@ -83,7 +83,7 @@ def test_a_run_loads_the_new_matching_files_its_events_name_and_lists_nothing(
     stack.s3_client().put_object(Bucket=BUCKET, Key=f"{files.prefix}notes.txt", Body=b"not a csv\n")
     first = files.operator(files_from="events").execute(triggered_by(versions(stack, files, 1)))
     assert first["written_rows"] == files.rows and fingerprint(stack, files.table) == clean_of(stack, files, 1)
-    assert "ListObjectsV2" not in s3_calls and "HeadObject" not in s3_calls
+    assert "ListObjectsV2" not in s3_calls and s3_calls.count("HeadObject") == 1
     s3_calls.clear()
 
     # two events: one file named twice, one not matching the glob, one loaded by the run before; file 5 is in
@@ -95,7 +95,8 @@ def test_a_run_loads_the_new_matching_files_its_events_name_and_lists_nothing(
     assert xcom["written_rows"] == 3 * files.rows
     assert xcom["ledger"]["new_keys"] == [files.key(n) for n in (2, 3, 4)]
     assert xcom["ledger"]["skipped_loaded_keys"] == [files.key(1)]
-    assert s3_calls == ["GetBucketLocation"]  # no ListObjectsV2, no HeadObject
+    # no ListObjectsV2: one HeadObject per named file the glob selects (the version S3 holds now), beside the location
+    assert sorted(s3_calls) == ["GetBucketLocation", *["HeadObject"] * 4]
     assert files.loaded_once() == {f"{k}@{e[:6]}": 1 for k, e, *_ in files.ledger()}
     assert sorted({k for k, *_ in files.ledger()}) == [files.key(n) for n in (1, 2, 3, 4)]
 
@@ -159,3 +160,75 @@ def test_on_changed_fail_is_refused_for_a_run_from_events_before_any_server_call
 
 def versions_of_nothing() -> list[EventFile]:
     return [EventFile(key="landing/none.csv", size=1, etag="e", last_modified=datetime(2026, 1, 1, tzinfo=UTC))]
+
+
+def ledger_of(files: Files) -> dict[str, tuple[str, str]]:
+    """(ETag, state) of each key's latest ledger row."""
+    return {key: (etag, state) for key, etag, state, _ in files.ledger()}
+
+
+def test_a_file_overwritten_after_its_event_is_loaded_and_recorded_as_the_version_s3_holds(
+        stack: LocalStack, files: Files) -> None:
+    files.put(1, 2)
+    event_v1 = versions(stack, files, 1, 2)
+    files.put(1, version=2, rows=files.rows + 7)  # overwritten before the run: another ETag, more rows
+    v2 = versions(stack, files, 1)[0]
+    first = files.operator(files_from="events").execute(triggered_by(event_v1))
+    assert first["written_rows"] == 2 * files.rows + 7
+    assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 2)  # file 1 as S3 holds it: v2
+    assert ledger_of(files)[files.key(1)] == (v2.etag, "loaded")  # the version loaded, not the event's
+    # v2's own event: loaded already; no changed file, nothing pending
+    second = files.operator(files_from="events").execute(triggered_by([v2]))
+    assert second["written_rows"] == 0
+    assert (second["ledger"]["skipped_loaded_keys"], second["ledger"]["skipped_changed"]) == ([files.key(1)], 0)
+    assert second["freshness"]["pending_changed"] == 0
+    assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 2)
+    assert sorted(files.loaded_once().values()) == [1, 1]
+
+
+def test_a_file_deleted_after_its_event_is_left_out_and_named_while_the_others_load(
+        stack: LocalStack, files: Files) -> None:
+    files.put(1, 2, 3)
+    event = versions(stack, files, 1, 2, 3)
+    stack.s3_client().delete_object(Bucket=BUCKET, Key=files.key(2))
+    xcom = files.operator(files_from="events").execute(triggered_by(event))
+    assert xcom["written_rows"] == 2 * files.rows
+    assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 3)
+    assert (xcom["ledger"]["gone"], xcom["ledger"]["gone_keys"]) == (1, [files.key(2)])
+    assert xcom["ledger"]["new_keys"] == [files.key(1), files.key(3)]
+    assert files.key(2) not in ledger_of(files)  # nothing recorded for it: never claimed, never loaded
+    # every file of the event gone: the run ends with nothing new, naming them
+    files.put(4)
+    only = versions(stack, files, 4)
+    stack.s3_client().delete_object(Bucket=BUCKET, Key=files.key(4))
+    empty = files.operator(files_from="events").execute(triggered_by(only))
+    assert (empty["written_rows"], empty["ledger"]["gone_keys"]) == (0, [files.key(4)])
+    assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 3)
+
+
+def test_a_later_chunks_file_deleted_or_overwritten_after_the_listing_is_left_out_not_recorded(
+        stack: LocalStack, files: Files, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listed run in chunks: what S3 does to a file between the listing and its chunk's insert."""
+    from airflow_provider_s3ch.load.ledger import LedgerRun
+
+    files.put(1, 2, 3)
+    begin = LedgerRun.begin
+
+    def meanwhile(self: LedgerRun, chunk: Any) -> Any:
+        if chunk.number == 2:  # after chunk 1's insert: file 2 deleted, file 3 overwritten
+            stack.s3_client().delete_object(Bucket=BUCKET, Key=files.key(2))
+            files.put(3, version=2)
+        return begin(self, chunk)
+
+    monkeypatch.setattr(LedgerRun, "begin", meanwhile)
+    xcom = files.run(max_files_per_load=1)
+    monkeypatch.undo()
+    assert xcom["written_rows"] == files.rows
+    assert (xcom["ledger"]["gone_keys"], xcom["ledger"]["overwritten_keys"]) == ([files.key(2)], [files.key(3)])
+    assert fingerprint(stack, files.table) == clean_of(stack, files, 1)
+    assert {k: s for k, (_, s) in ledger_of(files).items()} == {files.key(1): "loaded", files.key(2): "released",
+                                                                 files.key(3): "released"}
+    # the next listing loads file 3 as the version it is now
+    again = files.run()
+    assert again["ledger"]["new_keys"] == [files.key(3)]
+    assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 3)

@@ -133,3 +133,15 @@ def test_the_hook_turns_a_refusal_into_a_terminal_bucket_error() -> None:
     assert isinstance(err, errors.S3AccessDeniedError) and isinstance(err, errors.BucketError)
     assert isinstance(err, AirflowFailException) and "access denied" in str(err) and "Access Denied" in str(err)
     assert isinstance(hook.translate_error(ch_errors.ServerException(TRANSIENT_S3_TEXTS[0], 499)), errors.LoadError)
+
+
+def test_a_404_for_a_named_file_is_told_from_a_refusal_and_a_failure_of_s3() -> None:
+    from airflow_provider_s3ch.core.errors import classify_server_error, is_s3_missing
+
+    gone = ("Failed to get object info: No response body.. HTTP response code: 404: while reading 'p/b.csv' in "
+            "bucket 'bkt' on disk 'StorageS3'")
+    assert is_s3_missing(499, gone) and not is_s3_missing(499, gone.replace("404", "403"))
+    assert not is_s3_missing(499, gone.replace("404", "503")) and not is_s3_missing(1000, gone)
+    kind, hint = classify_server_error(499, gone)
+    assert kind == "transient" and "deleted from S3 after the run looked at it" in hint
+    assert classify_server_error(499, gone.replace("404", "403")).kind == "s3_refused"

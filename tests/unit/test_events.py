@@ -186,3 +186,24 @@ def test_run_files_takes_the_files_of_the_events_stored_since_once() -> None:
     assert (chosen.watcher_events, chosen.waiting_events) == (1, 1) and "and 1 stored since" in chosen.note
     # without a watcher's event among the triggering ones, the run lists, whatever waits
     assert run_files(events_request(), [{"note": "by hand"}], [extra("in/c.csv")]).files is None
+
+
+def test_files_as_now_take_s3s_version_and_leave_out_the_gone() -> None:
+    from datetime import UTC, datetime
+
+    from airflow_provider_s3ch.core.events import EventFile, as_now
+    from airflow_provider_s3ch.core.ledger import moved_on
+    from airflow_provider_s3ch.core.models import S3Object
+
+    when = datetime(2026, 1, 1, tzinfo=UTC)
+    later = datetime(2026, 1, 2, tzinfo=UTC)
+    files = [EventFile(key=k, size=1, etag="e1", last_modified=when) for k in ("a", "b", "c", "d")]
+    now = {"a": S3Object(key="a", size=1, etag="e1", last_modified=when),
+           "b": S3Object(key="b", size=9, etag="e2", last_modified=later), "c": None}
+    current, gone, changed = as_now(files, now)
+    assert (gone, changed) == (["c"], ["b"])
+    assert [(f.key, f.size, f.etag, f.last_modified) for f in current] == [
+        ("a", 1, "e1", when), ("b", 9, "e2", later), ("d", 1, "e1", when)]  # d not looked up: the event's
+    listed = [S3Object(key=f.key, size=f.size, etag=f.etag) for f in files]
+    out, over = moved_on(listed, now)
+    assert ([o.key for o in out], [o.key for o in over]) == (["c"], ["b"])
