@@ -385,11 +385,12 @@ class LedgerRun(LooksAgain):
 
     def nothing_new(self, wall_ms: int, freshness: Freshness | None = None) -> LoadReport:
         """The report of a run without a new file: zero rows; the skip signal under ``skip_when_empty``."""
+        report = nothing_new_report(self.target, self.request.mode, wall_ms, self.summary(),
+                                    dry_run=self.request.dry_run, freshness=freshness)
         if self.request.skip_when_empty and not self.request.dry_run:
-            raise NothingNew(f"no new file for {self.target} (skip_when_empty=True)")
+            raise NothingNew(f"no new file for {self.target} (skip_when_empty=True)", report)
         self.log.info("No new file for %s: nothing to load", self.target)
-        return nothing_new_report(self.target, self.request.mode, wall_ms, self.summary(), dry_run=self.request.dry_run,
-                                  freshness=freshness)
+        return report
 
     def _log(self) -> None:
         self.log.info("Ledger %s: %s", self.ledger, summary_line(self.summary()))

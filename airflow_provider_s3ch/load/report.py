@@ -236,7 +236,15 @@ class DeferLoad(Exception):
 
 
 class NothingNew(Exception):
-    """The signal of a run with nothing to load under ``skip_when_empty``: the task is skipped."""
+    """The signal of a run with nothing to load under ``skip_when_empty``: the task is skipped.
+
+    :param report: the run's report, where it has one (a ledger load's: what it skipped and why); the skipped task
+        still leaves it as its XCom.
+    """
+
+    def __init__(self, message: str, report: LoadReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 def log_plan(log: logging.Logger, plan: LoadPlan, steps: LoadSteps, redacted_sql: str, profile: ServerProfile) -> None:

@@ -297,6 +297,8 @@ class S3ToClickHouseOperator(BaseOperator):
             self._defer(signal)
             raise  # not reached: defer raises
         except NothingNew as signal:
+            if signal.report is not None:  # what the ledger skipped (changed, gone files) stays readable
+                context["ti"].xcom_push(key="return_value", value=signal.report.to_xcom())
             raise AirflowSkipException(str(signal)) from None
         self._outlet_events(context, report)
         return report.to_xcom()

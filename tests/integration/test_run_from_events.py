@@ -232,3 +232,19 @@ def test_a_later_chunks_file_deleted_or_overwritten_after_the_listing_is_left_ou
     again = files.run()
     assert again["ledger"]["new_keys"] == [files.key(3)]
     assert fingerprint(stack, files.table) == clean_of(stack, files, 1, 3)
+
+
+def test_a_skipped_run_leaves_its_ledger_figures_as_its_xcom(stack: LocalStack, files: Files) -> None:
+    """skip_when_empty: a run with nothing new is skipped, and its XCom still names what it left out and why."""
+    from airflow_provider_s3ch.compat import AirflowSkipException
+
+    files.put(1)
+    files.operator(files_from="events").execute(triggered_by(versions(stack, files, 1)))
+    files.put(1, version=2)  # overwritten after it was loaded: a changed file, skipped
+    context, pushed = triggered_by(versions(stack, files, 1)), {}
+    context["ti"].xcom_push = lambda key, value: pushed.__setitem__(key, value)
+    with pytest.raises(AirflowSkipException, match="no new file"):
+        files.operator(files_from="events", skip_when_empty=True).execute(context)
+    xcom = pushed["return_value"]
+    assert (xcom["written_rows"], xcom["ledger"]["skipped_changed_keys"]) == (0, [files.key(1)])
+    assert xcom["freshness"]["pending_changed"] == 1

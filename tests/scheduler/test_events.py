@@ -146,14 +146,15 @@ def test_a_run_takes_the_events_stored_while_it_waited(stack: LocalStack, airflo
     hold.unlink()
     wait_for("runs A and B", lambda: runs_ended(airflow, SQS_DAG_ID, 2), 180, airflow)
     key = lambda n: f"{PREFIX}f-{n:02d}.csv"  # noqa: E731
-    (a,) = xcoms(airflow, SQS_DAG_ID)  # B's load was skipped: nothing new (skip_when_empty)
+    a, b = xcoms(airflow, SQS_DAG_ID)  # B's load was skipped (nothing new, skip_when_empty) and left its figures
     assert a["ledger"]["new_keys"] == [key(1), key(2), key(3)]
+    assert (b["written_rows"], b["ledger"]["new"], b["ledger"]["skipped_loaded_keys"]) == (0, 0, [key(2)])
     assert airflow.db("SELECT r.id, t.state FROM task_instance t JOIN dag_run r ON r.run_id = t.run_id AND r.dag_id = "
                       "t.dag_id WHERE t.dag_id = ? AND t.task_id = 'load' ORDER BY r.id", SQS_DAG_ID)[1][1] == "skipped"
 
     put(stack, 4, bucket=SQS_BUCKET)
     wait_for("run C", lambda: runs_ended(airflow, SQS_DAG_ID, 3), 180, airflow)
-    c = xcoms(airflow, SQS_DAG_ID)[1]
+    c = xcoms(airflow, SQS_DAG_ID)[2]
     assert (c["ledger"]["new_keys"], c["ledger"]["skipped_loaded_keys"]) == ([key(4)], [key(3)])
     consumed = airflow.db("SELECT count(*) FROM dag_run r JOIN dagrun_asset_event d ON d.dag_run_id = r.id "
                           "WHERE r.dag_id = ? GROUP BY r.id ORDER BY r.id", SQS_DAG_ID)

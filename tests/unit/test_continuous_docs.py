@@ -47,3 +47,14 @@ def test_watchers_say_at_parse_time_what_airflow_3_0_to_3_2_lacks(version: str) 
     assert "loses that event" in notification and "listing watcher too" in notification
     assert missing_pieces("listing", Version("3.3.0")) is None
     assert missing_pieces("notification", Version("3.3.2")) is None
+
+
+@pytest.mark.skipif(not __import__("airflow_provider_s3ch.compat", fromlist=["AIRFLOW_3"]).AIRFLOW_3,
+                    reason="asset watchers: Airflow 3")
+def test_the_pages_first_example_runs_as_written() -> None:
+    """The page's first example, pasted into a DAG file, builds its DAG (every name it uses is imported)."""
+    example = PAGE.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, object] = {}
+    exec(compile(example + "\nbuilt = load.dag\n", "continuous.md", "exec"), scope)
+    dag = scope["built"]
+    assert dag.dag_id == "events_to_clickhouse" and [t.task_id for t in dag.tasks] == ["load"]
