@@ -184,7 +184,7 @@ import json, sys, types
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 args = json.loads(sys.argv[1])
 ti = types.SimpleNamespace(dag_id="it", task_id=args.pop("task_id"), run_id=args.pop("run_id"), map_index=-1,
-                           try_number=args.pop("try_number"))
+                           try_number=args.pop("try_number"), xcom_push=lambda key, value: None)
 print("worker starts", flush=True)
 result = S3ToClickHouseOperator(task_id=ti.task_id, **args).execute({"ti": ti})
 print("RESULT " + json.dumps(result, default=str), flush=True)

@@ -16,9 +16,10 @@ SAMPLE_BUCKET = "s3ch-sample"
 
 def fake_context(task_id: str = "load", try_number: int = 1, run_id: str | None = None) -> dict[str, Any]:
     """The part of an Airflow context the operator reads (the task instance's identity)."""
+    pushed: dict[str, Any] = {}
     ti = types.SimpleNamespace(
         dag_id="it", task_id=task_id, run_id=run_id or f"run-{uuid.uuid4().hex[:8]}", map_index=-1,
-        try_number=try_number,
+        try_number=try_number, pushed=pushed, xcom_push=lambda key, value: pushed.__setitem__(key, value),
     )
     return {"ti": ti}
 

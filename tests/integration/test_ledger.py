@@ -419,7 +419,7 @@ elif boundary == "mid_moves":  # one partition moved, the others still in the st
         return execute(self, sql, *a, **k)
     ClickHouseHook.execute = execute_then_die
 ti = types.SimpleNamespace(dag_id="it", task_id=args.pop("task_id"), run_id=args.pop("run_id"), map_index=-1,
-                           try_number=1)
+                           try_number=1, xcom_push=lambda key, value: None)
 S3ToClickHouseOperator(task_id=ti.task_id, **args).execute({"ti": ti})
 """
 

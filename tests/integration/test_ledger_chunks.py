@@ -185,7 +185,7 @@ elif boundary in ("mid_moves", "before_insert"):
     else:  # the chunk's staging table is created, its insert not sent
         ClickHouseHook.run_insert = die_before_insert
 ti = types.SimpleNamespace(dag_id="it", task_id=args.pop("task_id"), run_id=args.pop("run_id"), map_index=-1,
-                           try_number=args.pop("try_number"))
+                           try_number=args.pop("try_number"), xcom_push=lambda key, value: None)
 S3ToClickHouseOperator(task_id=ti.task_id, **args).execute({"ti": ti})
 """
 

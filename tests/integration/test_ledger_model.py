@@ -6,7 +6,9 @@ earlier version back, delete a file, and run a load under one of the option sets
 ``max_files_per_load``); some loads are SIGKILLed at a random statement (just before it is sent, or a few
 milliseconds after, while it may still run) and retried, as Airflow retries a task whose worker died; or,
 before the retry, time passes until the killed load's heartbeat is older than its window, and another run
-takes what the killed load held and did not put in a staging table.
+takes what the killed load held and did not put in a staging table. Runs from events (``files_from="events"``, on
+Airflow 3) name some of the notifications S3 sent so far: late, repeated, or of a version overwritten or deleted
+since; such a run loads the files they name as S3 holds them now, and leaves out those gone.
 
 The model says what each run must do: load which files, refuse (naming why), or do nothing; and what the
 table then holds, partition by partition: which version of which file. After every run the target is
@@ -30,10 +32,12 @@ import os
 import signal
 import threading
 import time
+import types
 import uuid
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import pytest
@@ -49,6 +53,8 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from airflow_provider_s3ch.compat import AIRFLOW_3
+from airflow_provider_s3ch.core.events import EventFile, payloads
 from airflow_provider_s3ch.core.ledger_request import LEDGER_NAME
 from airflow_provider_s3ch.core.ledger_sql import render_create_ledger
 from airflow_provider_s3ch.core.models import TableRef
@@ -115,14 +121,17 @@ class Model:
     #: per partition id, the versions whose rows in that partition the target holds
     table: dict[str, set[Version]] = field(default_factory=dict)
 
-    def run(self, mode: str, on_changed: str, chunk: int | None) -> str:
+    def run(self, mode: str, on_changed: str, chunk: int | None, named: set[int] | None = None) -> str:
         """Apply one run to the model; return what it must do: ``refused-request``, ``refused-changed``,
-        ``refused-rebuild``, ``nothing`` or ``loaded``."""
-        if refused(mode, on_changed, chunk):
+        ``refused-rebuild``, ``nothing`` or ``loaded``.
+
+        :param named: a run from events: the files its events name (whatever version they name: the run loads
+            the one S3 holds now; a file gone is left out); None: a run that lists."""
+        if refused(mode, on_changed, chunk) or (named is not None and on_changed == "fail"):
             return "refused-request"
         new: list[int] = []
         changed: list[int] = []
-        for n in sorted(self.s3):
+        for n in sorted(k for k in self.s3 if named is None or k in named):
             v = self.s3[n]
             if self.loaded.get(n) == v:
                 continue
@@ -195,12 +204,22 @@ def counting(die_at: int | None = None, in_flight_ms: int = 0) -> Iterator[list[
             setattr(ClickHouseHook, name, original)
 
 
-def _killed_load(env: dict[str, str], kwargs: dict[str, Any], run_id: str, die_at: int, in_flight_ms: int) -> None:
+def context_of(run_id: str, try_number: int, events: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """A task context; with ``events`` (payloads), of a run those S3 watcher's events triggered."""
+    context = fake_context("load", try_number, run_id)
+    if events is not None:
+        context["triggering_asset_events"] = {"landing": [
+            types.SimpleNamespace(extra={"from_trigger": True, "payload": e}) for e in events]}
+    return context
+
+
+def _killed_load(env: dict[str, str], kwargs: dict[str, Any], run_id: str, die_at: int, in_flight_ms: int,
+                 events: list[dict[str, Any]] | None = None) -> None:
     """In a forked worker: the load, SIGKILLed at its ``die_at``-th statement to ClickHouse (:func:`counting`)."""
     os.environ.update(env)
     try:
         with counting(die_at, in_flight_ms):
-            S3ToClickHouseOperator(task_id="load", **kwargs).execute(fake_context("load", 1, run_id))
+            S3ToClickHouseOperator(task_id="load", **kwargs).execute(context_of(run_id, 1, events))
     except BaseException:  # noqa: BLE001 - the retry in the test says what the run must do
         os._exit(1)
 
@@ -224,6 +243,8 @@ class LedgerHistories(RuleBasedStateMachine):
         self.table = f"default.lh_{self.tag}"
         self.next_ver = 1
         self.versions: list[Version] = []
+        #: every notification S3 would have sent (one per put), in order: what event runs draw from
+        self.notifications: list[EventFile] = []
         ch = self.stack.clickhouse_client()
         ch.execute(f"CREATE TABLE {self.table} ({STRUCTURE}) ENGINE = MergeTree PARTITION BY p ORDER BY (file, id)")
         ch.execute(render_create_ledger(TableRef(database="default", name=LEDGER_NAME)))
@@ -244,6 +265,8 @@ class LedgerHistories(RuleBasedStateMachine):
         s3.put_object(Bucket=BUCKET, Key=self.key(n), Body=v.body())
         s3.put_object(Bucket=BUCKET, Key=self.archive(v.ver), Body=v.body())
         self.model.s3[n] = v
+        self.notifications.append(EventFile(key=self.key(n), size=len(v.body()), etag=hashlib.md5(v.body()).hexdigest(),
+                                            last_modified=datetime.now(UTC)))
 
     def new_version(self, n: int, rows: list[tuple[int, int]]) -> Version:
         v = Version(self.next_ver, n, tuple(sorted(dict(rows).items())))
@@ -290,18 +313,19 @@ class LedgerHistories(RuleBasedStateMachine):
         del self.model.s3[n]
 
     # --- loads
-    def kwargs(self) -> dict[str, Any]:
+    def kwargs(self, events: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         mode, on_changed, chunk = self.options
         return {"s3_uri": f"s3://{BUCKET}/lh-{self.tag}/*.csv", "table": self.table, "format": "CSV",
                 "structure": STRUCTURE, "skip_loaded": True, "skip_when_empty": True, "mode": mode,
                 "on_changed": on_changed, "claim_heartbeat": HEARTBEAT,
-                **({"max_files_per_load": chunk} if chunk else {})}
+                **({"max_files_per_load": chunk} if chunk else {}),
+                **({"files_from": "events"} if events is not None else {})}
 
-    def expect(self, run_id: str, try_number: int, must: str) -> None:
+    def expect(self, run_id: str, try_number: int, must: str, events: list[dict[str, Any]] | None = None) -> None:
         try:
             with counting() as sent:
-                S3ToClickHouseOperator(task_id="load", **self.kwargs()).execute(
-                    fake_context("load", try_number, run_id))
+                S3ToClickHouseOperator(task_id="load", **self.kwargs(events)).execute(
+                    context_of(run_id, try_number, events))
             if try_number == 1:
                 STATS[f"statements of a run that {must}: up to"] = max(
                     STATS[f"statements of a run that {must}: up to"], sent[0])
@@ -340,11 +364,37 @@ class LedgerHistories(RuleBasedStateMachine):
         self.expect(run_id, 2, must)
         STATS["taken over after the heartbeat aged"] += 1
 
-    def killed_load(self, die_at: int, in_flight_ms: int) -> str:
+    # --- loads from events: late, repeated and stale notifications, of files overwritten or deleted since
+    def draw_events(self, data: st.DataObject) -> tuple[list[dict[str, Any]], set[int]]:
+        """Events naming some of the notifications sent so far (any of them: late, repeated, of a version
+        overwritten or deleted since), and the files they name."""
+        named = data.draw(st.lists(st.sampled_from(self.notifications), min_size=1, max_size=6))
+        events = [p.to_event() for p in payloads(BUCKET, named, limit=data.draw(st.sampled_from([1, 2, 1000])))]
+        files = {int(f.key.rsplit("/f", 1)[1].removesuffix(".csv")) for f in named}
+        return events, files
+
+    @precondition(lambda self: AIRFLOW_3 and self.notifications)
+    @rule(data=st.data())
+    def load_from_events(self, data: st.DataObject) -> None:
+        events, files = self.draw_events(data)
+        STATS["run from events"] += 1
+        self.expect(f"run-{uuid.uuid4().hex[:8]}", 1, self.model.run(*self.options, named=files), events)
+
+    @precondition(lambda self: AIRFLOW_3 and self.notifications)
+    @rule(data=st.data(), die_at=st.one_of(st.integers(1, 25), st.integers(26, 80)),
+          in_flight_ms=st.sampled_from([0, 0, 3, 15]))
+    def load_from_events_killed_and_retried(self, data: st.DataObject, die_at: int, in_flight_ms: int) -> None:
+        events, files = self.draw_events(data)
+        run_id = self.killed_load(die_at, in_flight_ms, events)
+        STATS["run from events, killed and retried"] += 1
+        self.expect(run_id, 2, self.model.run(*self.options, named=files), events)
+
+    def killed_load(self, die_at: int, in_flight_ms: int, events: list[dict[str, Any]] | None = None) -> str:
         """A load SIGKILLed at its ``die_at``-th statement, in a worker of its own; its run id."""
         run_id = f"run-{uuid.uuid4().hex[:8]}"
         env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
-        worker = _FORKS.Process(target=_killed_load, args=(env, self.kwargs(), run_id, die_at, in_flight_ms))
+        worker = _FORKS.Process(target=_killed_load, args=(env, self.kwargs(events), run_id, die_at, in_flight_ms,
+                                                           events))
         worker.start()
         worker.join(300)
         assert worker.exitcode is not None, "the worker neither died nor finished in 300 s"

@@ -241,10 +241,9 @@ def test_a_skipped_run_leaves_its_ledger_figures_as_its_xcom(stack: LocalStack, 
     files.put(1)
     files.operator(files_from="events").execute(triggered_by(versions(stack, files, 1)))
     files.put(1, version=2)  # overwritten after it was loaded: a changed file, skipped
-    context, pushed = triggered_by(versions(stack, files, 1)), {}
-    context["ti"].xcom_push = lambda key, value: pushed.__setitem__(key, value)
+    context = triggered_by(versions(stack, files, 1))
     with pytest.raises(AirflowSkipException, match="no new file"):
         files.operator(files_from="events", skip_when_empty=True).execute(context)
-    xcom = pushed["return_value"]
+    xcom = context["ti"].pushed["return_value"]
     assert (xcom["written_rows"], xcom["ledger"]["skipped_changed_keys"]) == (0, [files.key(1)])
     assert xcom["freshness"]["pending_changed"] == 1
