@@ -148,7 +148,7 @@ def test_a_run_takes_the_events_stored_while_it_waited(stack: LocalStack, airflo
     key = lambda n: f"{PREFIX}f-{n:02d}.csv"  # noqa: E731
     a, b = xcoms(airflow, SQS_DAG_ID)  # B's load was skipped (nothing new, skip_when_empty) and left its figures
     assert a["ledger"]["new_keys"] == [key(1), key(2), key(3)]
-    assert (b["written_rows"], b["ledger"]["new"], b["ledger"]["skipped_loaded_keys"]) == (0, 0, [key(2)])
+    assert (b["written_rows"], b["ledger"]["new"]) == (0, 0) and key(2) in b["ledger"]["skipped_loaded_keys"]
     assert airflow.db("SELECT r.id, t.state FROM task_instance t JOIN dag_run r ON r.run_id = t.run_id AND r.dag_id = "
                       "t.dag_id WHERE t.dag_id = ? AND t.task_id = 'load' ORDER BY r.id", SQS_DAG_ID)[1][1] == "skipped"
 
