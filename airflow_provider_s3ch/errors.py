@@ -100,6 +100,58 @@ class S3AccessDeniedError(BucketError, core.S3AccessDeniedError):
     credentials the server read with and what they lack."""
 
 
+class QueueError(S3chTerminalError):
+    """The SQS queue a notification watcher reads is missing, or cannot be read or emptied with the connection's
+    credentials: the message names the queue and what to fix."""
+
+
+class QueueUnavailableError(S3chTransientError):
+    """SQS did not answer, throttled or failed for now; the watcher tries again after a pause."""
+
+
+#: SQS's error codes that no retry gets past, by what went wrong (any other code, and HTTP 5xx, is transient:
+#: throttling, ``OverLimit``, ``KmsThrottled``, ``ServiceUnavailable``, ``InternalError``, ...). SQS speaks JSON to
+#: botocore and also sends the code of its older query protocol (``x-amzn-query-error``), which botocore puts in
+#: ``Error.Code``: both spellings are here (docs/continuous.md#when-a-watcher-cannot-work).
+SQS_TERMINAL_CODES: dict[str, frozenset[str]] = {
+    "missing": frozenset({
+        "AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist", "NonExistentQueue", "InvalidAddress",
+    }),
+    "denied": frozenset({"AccessDenied", "AccessDeniedException", "KmsAccessDenied", "KMS.AccessDeniedException"}),
+    "credentials": frozenset({
+        "InvalidClientTokenId", "UnrecognizedClientException", "SignatureDoesNotMatch", "IncompleteSignature",
+        "MissingAuthenticationToken", "MissingAuthenticationTokenException", "InvalidSecurity",
+        "AWS.SimpleQueueService.InvalidSecurity", "InvalidAccessKeyId", "ExpiredToken", "ExpiredTokenException",
+        "AuthFailure", "OptInRequired",
+    }),
+    "refused": frozenset({
+        "KmsDisabled", "KmsNotFound", "KmsInvalidState", "KmsInvalidKeyUsage", "KmsOptInRequired",
+        "KMS.DisabledException", "KMS.NotFoundException", "KMS.InvalidStateException", "KMS.InvalidKeyUsageException",
+        "KMS.OptInRequired", "UnsupportedOperation", "AWS.SimpleQueueService.UnsupportedOperation",
+        "InvalidParameterValue", "InvalidParameterCombination", "MissingParameter", "ValidationError",
+        "InvalidAttributeName", "InvalidAttributeValue",
+    }),
+}
+
+
+def sqs_failure(code: str, status: int | None = None) -> str | None:
+    """What an SQS error code says, when no retry gets past it: ``missing`` (the queue), ``denied`` (the
+    credentials may not do it), ``credentials`` (SQS does not take them) or ``refused`` (the queue's KMS key, an
+    argument SQS rejects); None when a retry may pass (throttling, a server error, an unknown code).
+
+    :param code: botocore's ``Error.Code``.
+    :param status: the HTTP status, for an answer without a code of its own (403: denied, 401: credentials).
+    """
+    for kind, codes in SQS_TERMINAL_CODES.items():
+        if code in codes:
+            return kind
+    if status == 403 or code == "403":
+        return "denied"
+    if status == 401 or code == "401":
+        return "credentials"
+    return None
+
+
 class ClusterError(S3chTerminalError):
     """The cluster named for a distributed load is not in ``system.clusters``."""
 

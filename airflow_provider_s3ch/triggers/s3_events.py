@@ -12,14 +12,20 @@ The trigger's keyword arguments are its identity (Airflow's ``BaseEventTrigger.h
 among them: on Airflow 3.3 the cursor lives in the watched asset's state store (``asset_state_store``),
 elsewhere in memory; a trigger started afresh lists from the prefix, and the files it hands on again are
 ones the ledger already holds (harmless). The listing is boto3's, blocking: it runs in a thread.
+
+A bucket that does not exist, or may not be listed, fails the trigger with an error that names the watcher, the
+bucket and the fix (Airflow's triggerer logs it, and starts the trigger again: :class:`Restarts`); S3 failing for
+now (throttling, a server error, the network) is logged and looked at again. A prefix with nothing under it is
+"nothing yet": the trigger says once, when it starts, what it watches, so that a typo shows in the triggerer's log.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 import warnings
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,9 +36,10 @@ from airflow_provider_s3ch.compat import AIRFLOW, AssetWatcher, BaseEventTrigger
 from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventFile, EventPayload, key_filter, payloads
 from airflow_provider_s3ch.core.glob import literal_prefix
 from airflow_provider_s3ch.core.models import LoadRequest, bucket_of, key_pattern_of
-from airflow_provider_s3ch.errors import S3chTransientError, provider_errors, require
+from airflow_provider_s3ch.errors import S3chTerminalError, S3chTransientError, in_place_of, provider_errors, require
 from airflow_provider_s3ch.hooks.s3 import list_pages
 from airflow_provider_s3ch.hooks.s3_source import S3Source
+from airflow_provider_s3ch.hooks.sqs import MAX_BACKOFF
 
 #: The oldest Airflow with asset watchers.
 WATCHERS_SINCE = "3.0"
@@ -55,6 +62,49 @@ def missing_pieces(watcher: str, airflow: Version) -> str | None:
             "watcher deletes a batch's messages once the triggerer took its event, so a triggerer that dies before "
             "storing it loses that event; give the asset the listing watcher too, as the backstop "
             "(docs/continuous.md)")
+
+
+class Restarts:
+    """Airflow's triggerer starts a watcher's trigger that failed again at its next check, about a second later, for
+    as long as the asset is watched; until the mistake is fixed each start fails the same way. So a trigger that
+    starts after failing for good waits first: 1 s after the first failure, doubling up to
+    :data:`~airflow_provider_s3ch.hooks.sqs.MAX_BACKOFF` (60 s), so that the triggerer's log shows the error once a
+    minute at most and S3 or SQS is not called every second. A watcher that gets through (a listing, a delete)
+    forgets its failures, as does one that last failed over two minutes ago; one whose queue, bucket or permission
+    is fixed picks up by itself. Kept in the triggerer's process, by the trigger's identity (a key the caller
+    gives)."""
+
+    def __init__(self) -> None:
+        #: key -> (failures in a row, when the last one was, its message)
+        self._failed: dict[Hashable, tuple[int, float, str]] = {}
+
+    def pause(self, key: Hashable) -> float:
+        """Seconds to wait before the first call: 0 unless the last start of ``key`` failed for good lately."""
+        count, when, _ = self._failed.get(key, (0, 0.0, ""))
+        if not count or time.monotonic() - when > 2 * MAX_BACKOFF:
+            return 0.0
+        return min(MAX_BACKOFF, 2.0 ** (count - 1))
+
+    async def wait(self, key: Hashable, what: str, logger: Any) -> None:
+        """Wait :meth:`pause` seconds, saying so in ``logger``'s log."""
+        if pause := self.pause(key):
+            count, _, error = self._failed[key]
+            logger.warning("%s: next try in %.0f s, after %d failure(s) in a row; the last: %s", what, pause, count,
+                           error)
+            await asyncio.sleep(pause)
+
+    def failed(self, key: Hashable, error: BaseException) -> None:
+        """``key`` failed for good with ``error``."""
+        count = self._failed[key][0] if self.pause(key) else 0
+        self._failed[key] = (count + 1, time.monotonic(), str(error))
+
+    def succeeded(self, key: Hashable) -> None:
+        """``key`` got through (a listing, a delete): its failures are forgotten (also 2 minutes after the last)."""
+        self._failed.pop(key, None)
+
+
+#: The watchers' failures, in this (the triggerer's) process.
+RESTARTS = Restarts()
 
 
 @dataclass
@@ -186,15 +236,34 @@ class S3ListingEventTrigger(BaseEventTrigger):
     def _events(self, look: Look) -> list[EventPayload]:
         return payloads(self.bucket, look.files, full_listing=look.full, limit=self.max_files_per_event)
 
+    @property
+    def _restart_key(self) -> tuple[str, str]:
+        return ("s3ch.listing:" + self.s3_uri, str(self.aws_conn_id))
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        pattern = key_pattern_of(self.s3_uri)
+        self.log.info("listing watcher: bucket %r, prefix %r, keys matching %r, a look every %g s (aws connection "
+                      "%r); until a key matches, nothing is handed on: check these for a typo", self.bucket,
+                      literal_prefix(pattern), pattern, self.poll_interval, self.aws_conn_id)
+        await RESTARTS.wait(self._restart_key, f"the listing watcher of {self.s3_uri}", self.log)
         await self._load_cursor()
+        first = True
         while True:
             try:
                 look = await asyncio.to_thread(self.look)
             except S3chTransientError as exc:
                 self.log.warning("S3 listing of %s failed (%s); next look in %.0f s", self.s3_uri, exc,
                                  self.poll_interval)
+            except S3chTerminalError as exc:  # a missing bucket, access denied, no such connection: say which
+                error = type(exc)(f"the listing watcher of {self.s3_uri} failed: {exc}")
+                RESTARTS.failed(self._restart_key, error)
+                raise in_place_of(error, exc)  # noqa: B904 - its cause is exc's own
             else:
+                RESTARTS.succeeded(self._restart_key)
+                if first and not look.files:
+                    self.log.info("no key under s3://%s/%s matches %r yet; the watcher waits for one", self.bucket,
+                                  literal_prefix(pattern), pattern)
+                first = False
                 for event in self._events(look):
                     yield TriggerEvent(event.to_event())
                     self.cursor.emitted.update((f.key, f.etag) for f in event.files)

@@ -6,6 +6,12 @@ A message is deleted only once its events were handed on: on Airflow 3.3 through
 reader per queue, :class:`SqsProducer`; deleted once Airflow stored the events), on 3.0-3.2 once the ``yield``
 returned (a triggerer dying in between loses that receive's events; the listing watcher is the backstop). When each
 version deletes, and why the file ledger makes repeats harmless: docs/continuous.md. boto3's calls run in a thread.
+
+A queue that does not exist, access denied, credentials SQS does not take: the trigger fails (through the shared
+reader too) with an error naming the queue and the fix (:func:`~airflow_provider_s3ch.hooks.sqs.queue_error`), and
+Airflow's triggerer, which starts it again, finds it waiting (:class:`~.s3_events.Restarts`); a queue_url that is
+no URL fails when the DAG is parsed. SQS failing for now is paused and tried again. The trigger says once, when it
+starts, what it watches, so that a typo in the bucket or the glob shows in the triggerer's log.
 """
 
 from __future__ import annotations
@@ -19,8 +25,9 @@ from airflow.triggers.base import TriggerEvent
 
 from airflow_provider_s3ch.compat import AIRFLOW, AdvanceItem, AssetWatcher, BaseEventTrigger, SharedStreamProducer
 from airflow_provider_s3ch.core.events import MAX_FILES_PER_EVENT, EventPayload, matching, message_files, payloads
+from airflow_provider_s3ch.core.glob import literal_prefix
 from airflow_provider_s3ch.core.models import LoadRequest, bucket_of, key_pattern_of
-from airflow_provider_s3ch.errors import provider_errors, require
+from airflow_provider_s3ch.errors import S3chTerminalError, provider_errors, require
 from airflow_provider_s3ch.hooks.sqs import (
     SQS_MAX_MESSAGES,
     SQS_MAX_WAIT,
@@ -28,15 +35,43 @@ from airflow_provider_s3ch.hooks.sqs import (
     Message,
     Receiving,
     SqsQueue,
+    check_queue_url,
     delete,
     receive,
 )
-from airflow_provider_s3ch.triggers.s3_events import WATCHERS_SINCE, missing_pieces
+from airflow_provider_s3ch.triggers.s3_events import RESTARTS, WATCHERS_SINCE, missing_pieces
 
 log = logging.getLogger(__name__)
 
 #: Whether this Airflow has the shared-stream ack mode (3.3): messages are deleted once their events are stored.
 ACK_MODE = SharedStreamProducer is not None
+
+
+def _restart_key(settings: Receiving) -> tuple[str, str, str | None, str | None]:
+    """The queue's reader, as :data:`~.s3_events.RESTARTS` knows it (a trigger's own, or the shared one)."""
+    return ("s3ch.sqs", settings.queue_url, settings.region_name, settings.aws_conn_id)
+
+
+async def _receive(queue: SqsQueue) -> Batch:
+    """:func:`receive`, a failure for good remembered for the trigger's next start."""
+    try:
+        return await receive(queue)
+    except S3chTerminalError as exc:
+        RESTARTS.failed(_restart_key(queue.settings), exc)
+        raise
+
+
+async def _delete(queue: SqsQueue, messages: Sequence[Message]) -> int:
+    """:func:`delete`, a failure for good remembered for the trigger's next start; a delete that got through
+    forgets the failures."""
+    try:
+        deleted = await delete(queue, messages)
+    except S3chTerminalError as exc:
+        RESTARTS.failed(_restart_key(queue.settings), exc)
+        raise
+    if deleted:
+        RESTARTS.succeeded(_restart_key(queue.settings))
+    return deleted
 
 
 class SqsProducer(SharedStreamProducer or object):  # type: ignore[misc]
@@ -49,8 +84,10 @@ class SqsProducer(SharedStreamProducer or object):  # type: ignore[misc]
         self.queue = SqsQueue(settings)
 
     async def open_stream(self) -> AsyncIterator[tuple[Batch, tuple[Message, ...]]]:
+        settings = self.queue.settings
+        await RESTARTS.wait(_restart_key(settings), f"the reader of SQS queue {settings.queue_url}", log)
         while True:
-            batch = await receive(self.queue)
+            batch = await _receive(self.queue)
             yield batch, batch.messages
             if batch.messages:
                 # An empty batch right after: the triggers move past the one before at once, so its messages
@@ -63,7 +100,7 @@ class SqsProducer(SharedStreamProducer or object):  # type: ignore[misc]
         if kept:
             log.warning("%d message(s) of %s kept: an event made from them was not stored; SQS hands them out again",
                         kept, self.queue.settings.queue_url)
-        await delete(self.queue, done)
+        await _delete(self.queue, done)
 
 
 class S3NotificationEventTrigger(BaseEventTrigger):
@@ -101,7 +138,7 @@ class S3NotificationEventTrigger(BaseEventTrigger):
         super().__init__()
         with provider_errors():
             LoadRequest._uri(s3_uri)
-        self.queue_url = queue_url
+        self.queue_url = check_queue_url(queue_url)
         self.s3_uri = s3_uri
         self.aws_conn_id = aws_conn_id
         self.region_name = region_name
@@ -111,6 +148,7 @@ class S3NotificationEventTrigger(BaseEventTrigger):
         self.visibility_timeout = None if visibility_timeout is None else max(0, int(visibility_timeout))
         self.max_files_per_event = max(1, min(int(max_files_per_event), MAX_FILES_PER_EVENT))
         self.batch_wait = max(0.0, min(float(batch_wait), 60.0))
+        self._told_other_bucket = False
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -151,8 +189,13 @@ class S3NotificationEventTrigger(BaseEventTrigger):
             named = message_files(message.body, self.bucket)
             if named is None:
                 log.warning("message %s of %s is no S3 event notification; dropped", message.id, self.queue_url)
-            else:
-                files.extend(named)
+                continue
+            files.extend(named)
+            if not named and not self._told_other_bucket and message_files(message.body):
+                self._told_other_bucket = True  # said once: a queue may carry several buckets' notifications
+                log.warning("message %s of %s names files of another bucket than %r, which this watcher's s3_uri "
+                            "names: dropped; if they are the ones to load, fix the bucket in s3_uri", message.id,
+                            self.queue_url, self.bucket)
         selected = matching(files, key_pattern_of(self.s3_uri))
         events = payloads(self.bucket, selected, limit=self.max_files_per_event)
         if batch.messages:
@@ -170,19 +213,32 @@ class S3NotificationEventTrigger(BaseEventTrigger):
     def create_shared_stream_producer(cls, kwargs: dict[str, Any]) -> Any:
         return SqsProducer(cls.receiving(kwargs))
 
+    def _say_what_it_watches(self, reader: str) -> None:
+        pattern = key_pattern_of(self.s3_uri)
+        self.log.info("notification watcher: SQS queue %s (%s; region %s, aws connection %r), files of bucket %r whose "
+                      "keys match %r; the bucket's event notification to this queue (s3:ObjectCreated:*) must cover "
+                      "the prefix %r. Until a file matches, nothing is handed on: check these for a typo",
+                      self.queue_url, reader, self.region_name or "the connection's", self.aws_conn_id, self.bucket,
+                      pattern, literal_prefix(pattern))
+
     async def filter_shared_stream(self, shared_stream: AsyncIterator[Any]) -> AsyncIterator[TriggerEvent]:
+        """The events of the shared reader's batches; the reader's failure (a queue that does not exist, access
+        denied) is raised here, in every trigger on the queue (Airflow's shared stream hands it on), and fails it."""
+        self._say_what_it_watches("one reader shared by the triggers on the queue")
         async for batch in shared_stream:
             for event in self.events(batch):
                 yield TriggerEvent(event.to_event())
 
     # ------------------------------------------------------------------ elsewhere: delete after the yield
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        self._say_what_it_watches("this trigger's own reader")
         queue = SqsQueue(self.receiving(self.serialize()[1]))
+        await RESTARTS.wait(_restart_key(queue.settings), f"the notification watcher of {self.s3_uri}", self.log)
         while True:
-            batch = await receive(queue)
+            batch = await _receive(queue)
             for event in self.events(batch):
                 yield TriggerEvent(event.to_event())
-            await delete(queue, batch.messages)
+            await _delete(queue, batch.messages)
 
 
 def notification_watcher(name: str, **trigger: Any) -> Any:
