@@ -41,11 +41,20 @@ demo: venv
 	$(VENV)/bin/s3ch-local demo --dags-folder example_dags --workload-memory 8Gi
 
 ## live: continuous ingestion on the local stack with Airflow's own scheduler, triggerer and dag-processor: a file put
-## each second for LIVE_SECONDS, the rows, files and lag printed, then the put -> readable latency (p50, p95)
+## each second for LIVE_SECONDS (60), the rows, files and lag printed, then the put -> readable latency (p50, p95).
+## LIVE_SQS=no: the listing watcher alone, no SQS notifications (--no-sqs); LIVE_POLL: the listing watcher's seconds
+## between two looks (10; beside SQS it is the backstop); LIVE_ARGS: more of the command's arguments
+## (s3ch-local live --help), e.g. make live LIVE_SQS=no LIVE_POLL=5 LIVE_ARGS="--interval 0.5".
+## Ctrl-C at any point stops every process it started (Airflow's, ClickHouse, S3) before it says so
 LIVE_SECONDS ?= 60
+LIVE_SQS ?= yes
+LIVE_POLL ?= 10
+LIVE_ARGS ?=
 
 live: venv
-	$(VENV)/bin/s3ch-local live --seconds $(LIVE_SECONDS) --dag-file example_dags/example_continuous.py
+	@$(if $(filter-out yes no,$(LIVE_SQS)),echo "LIVE_SQS is yes or no; it is '$(LIVE_SQS)'" >&2; exit 2,true)
+	$(VENV)/bin/s3ch-local live --seconds $(LIVE_SECONDS) --listing-poll $(LIVE_POLL) \
+	  $(if $(filter no,$(LIVE_SQS)),--no-sqs) --dag-file example_dags/example_continuous.py $(LIVE_ARGS)
 
 ## test: the whole suite (unit, integration on the real local stack, the example DAG through Airflow)
 test: venv

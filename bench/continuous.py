@@ -10,9 +10,10 @@ Two modes, each with a fresh stack and a fresh Airflow:
   backstop (a look every ``--backstop-poll`` seconds, 300 by default, so that the notifications carry the files);
 - ``listing``: the listing watcher alone, a look every ``--listing-poll`` seconds (10).
 
-Per mode: p50, p95 and max latency, files put and loaded (each exactly once), the DAG's runs (Airflow's
-database) and the inserts from S3 (``system.query_log``). Writes ``--out`` (``bench/results/continuous_latency.json``)
-and prints a table. Goal figures: SQS p50 <= 10 s and p95 <= 20 s; listing (10 s poll) p95 <= 30 s.
+Per mode: p50, p95 and max latency, files put and loaded (each exactly once; ``unld``: not loaded yet when the
+wait after the last put timed out), the DAG's runs (Airflow's database) and the inserts from S3
+(``system.query_log``). Writes ``--out`` (``bench/results/continuous_latency.json``) and prints a table. Goal
+figures: SQS p50 <= 10 s and p95 <= 20 s; listing (10 s poll) p95 <= 30 s.
 
     .venv/bin/python -m bench.continuous                          # 300 files a mode (~13 min with start-up)
     .venv/bin/python -m bench.continuous --files 40 --note "..."  # a short run
@@ -68,8 +69,8 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def table(modes: list[dict[str, Any]]) -> str:
-    head = f"{'mode':<8} {'poll':>6} {'put':>5} {'loaded':>6} {'once':>5} {'p50':>6} {'p95':>6} {'max':>6} " \
-           f"{'runs':>5} {'inserts':>7}  goals"  # fmt: skip
+    head = f"{'mode':<8} {'poll':>6} {'put':>5} {'loaded':>6} {'unld':>4} {'once':>5} {'p50':>6} {'p95':>6} " \
+           f"{'max':>6} {'runs':>5} {'inserts':>7}  goals"  # fmt: skip
     lines = [head, "-" * len(head)]
     for m in modes:
         def s(v: float | None) -> str:
@@ -78,7 +79,8 @@ def table(modes: list[dict[str, Any]]) -> str:
         goals = ", ".join(f"{k[:-2]} <= {v:g} s" for k, v in m["goals"].items())
         lines.append(
             f"{m['mode']:<8} {m['listing_poll_s']:>5g}s {m['files_put']:>5} {m['files_loaded']:>6} "
-            f"{'yes' if m['exactly_once'] else 'NO':>5} {s(m['p50_s']):>6} {s(m['p95_s']):>6} {s(m['max_s']):>6} "
+            f"{m['not_loaded_yet']:>4} {'yes' if m['exactly_once'] else 'NO':>5} {s(m['p50_s']):>6} "
+            f"{s(m['p95_s']):>6} {s(m['max_s']):>6} "
             f"{sum(m['runs'].values()):>5} {m['inserts']:>7}  {goals}: {'met' if m['meets_goals'] else 'NOT met'}"
         )
     return "\n".join(lines)
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print("\n" + table(modes))
     print(f"\nwritten: {args.out}")
-    return 0 if all(m["exactly_once"] for m in modes) else 1
+    return 0 if all(m["exactly_once"] and not m["not_loaded_yet"] for m in modes) else 1
 
 
 if __name__ == "__main__":

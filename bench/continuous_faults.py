@@ -18,8 +18,9 @@ fills). Two scenarios, each on a fresh stack and a fresh Airflow:
 
 Both end with the engine's checks: the table's ``count()`` and ``sum(cityHash64(*))`` against ClickHouse's own
 read of every file (``s3()``), the ledger (``_s3ch_ledger FINAL``) holding one ``loaded`` entry per key and ETag,
-and each file's rows counted by its marker column (``file``): files missing or doubled. Writes ``--out``
-(``bench/results/continuous_faults.json``; a scenario run alone replaces its own entry) and prints a table.
+and each file's rows counted by its marker column (``file``): files lost, doubled or not loaded yet. Writes
+``--out`` (``bench/results/continuous_faults.json``; a scenario run alone replaces its own entry) and prints a
+table.
 
     .venv/bin/python -m bench.continuous_faults                                  # both, full size (~45 min)
     .venv/bin/python -m bench.continuous_faults --scenarios crashes --files 200 --kills 8 --interval 0.5
@@ -283,8 +284,8 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "max_files_per_load": args.max_files_per_load, "listing_poll_s": args.listing_poll,
         "safety_net": args.safety_net, "orphaned_tasks_check_interval_s": args.orphaned_tasks_check,
         "files_put": summary["files_put"], "files_loaded": summary["files_loaded"],
-        "rows": summary["rows"], "exactly_once": summary["exactly_once"], "missing": summary["missing"],
-        "doubled": summary["doubled"], "drained": drained,
+        "rows": summary["rows"], "exactly_once": summary["exactly_once"], "lost": summary["lost"],
+        "doubled": summary["doubled"], "not_loaded_yet": summary["not_loaded_yet"], "drained": drained,
         "drain_after_last_put_s": round(max(tracker.seen_at.values()) - last_put, 1) if drained else None,
         "p50_s": summary["p50_s"], "p95_s": summary["p95_s"], "max_s": summary["max_s"], **figures,
         "duration_s": round(time.monotonic() - started, 1),
@@ -309,13 +310,15 @@ def run_scenario(name: str, args: argparse.Namespace) -> dict[str, Any]:
             "inserts_logged_after_restart": inserts_logged,
             "full_run": files >= 5000 and args.outage >= 600,
         })  # fmt: skip
-    out["ok"] = bool(out["exactly_once"] and out["sums_equal"] and out["ledger_one_loaded_per_file"])
+    out["ok"] = bool(out["exactly_once"] and not out["not_loaded_yet"] and out["sums_equal"]
+                     and out["ledger_one_loaded_per_file"])  # fmt: skip
     return out
 
 
 def table(scenarios: list[dict[str, Any]]) -> str:
-    head = (f"{'scenario':<13} {'faults':<34} {'files':>5} {'loaded':>6} {'miss':>4} {'dbl':>3} {'drain':>6} "
-            f"{'tries':>5} {'runs':>4} {'inserts':>7} {'max/ins':>7} {'held':>4}  engine checks")  # fmt: skip
+    head = (f"{'scenario':<13} {'faults':<34} {'files':>5} {'loaded':>6} {'unld':>4} {'lost':>4} {'dbl':>3} "
+            f"{'drain':>6} {'tries':>5} {'runs':>4} {'inserts':>7} {'max/ins':>7} {'held':>4}  "
+            "engine checks")  # fmt: skip
     lines = [head, "-" * len(head)]
     for s in scenarios:
         if s["scenario"] == "crashes":
@@ -327,7 +330,8 @@ def table(scenarios: list[dict[str, Any]]) -> str:
         checks = "count+cityHash64 " + ("equal" if s["sums_equal"] else "DIFFER") + ", ledger " + (
             "1 loaded/file" if s["ledger_one_loaded_per_file"] else "NOT 1 loaded/file")
         lines.append(
-            f"{s['scenario']:<13} {faults:<34} {s['files_put']:>5} {s['files_loaded']:>6} {s['missing']:>4} "
+            f"{s['scenario']:<13} {faults:<34} {s['files_put']:>5} {s['files_loaded']:>6} {s['not_loaded_yet']:>4} "
+            f"{s['lost']:>4} "
             f"{s['doubled']:>3} {'-' if drain is None else f'{drain:.0f}s':>6} {s['task_tries']:>5} "
             f"{sum(s['runs'].values()):>4} {s['inserts']:>7} {s['files_per_insert_max']:>7} "
             f"{s['files_held_by_claims']:>4}  {checks}"

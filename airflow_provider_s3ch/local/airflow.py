@@ -4,25 +4,58 @@ local stack: what ``s3ch-local live`` runs, and the real-scheduler tests.
 ``airflow dags test`` runs one DAG run in one process; it cannot run an asset watcher, which lives in the
 triggerer, nor start runs from asset events, which the scheduler does. Here each component is its own
 process in one ``AIRFLOW_HOME`` with a SQLite metadata database and the LocalExecutor.
+
+Each component starts in a session of its own. Its children may leave its process group (the task SDK's
+supervisor puts each task process in a group of its own), not its session: :meth:`Airflow.stop` ends every
+process of those sessions, and their descendants, before it returns.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import secrets
 import signal
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from airflow_provider_s3ch.local.stack import LocalStack, free_port
+import psutil
+
+# the stack's children get the same start: a session of their own, SIGTERM when their parent dies
+from airflow_provider_s3ch.local.stack import LocalStack, _die_with_parent, free_port
 
 #: The components that schedule asset-triggered runs and run their watchers and tasks.
 COMPONENTS = ("api-server", "dag-processor", "scheduler", "triggerer")
+
+#: The stop signals (Ctrl-C, ``kill``, a closed terminal): held while Airflow starts a component or stops.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_held(signals: Iterable[signal.Signals] = STOP_SIGNALS) -> Iterator[None]:
+    """Hold the stop signals that arrive in the block, and deliver the first of them (to the handlers in place
+    before) once it ends: a handler that raises (Ctrl-C's ``KeyboardInterrupt``, ``s3ch-local``'s ``Stopped``)
+    cannot cut a clean-up short. Off the main thread, where no handler runs, it holds nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: caught.append(signum)) for s in signals}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if caught:
+        signal.raise_signal(caught[0])
 
 
 class Airflow:
@@ -72,6 +105,8 @@ class Airflow:
             **extra_env,
         })  # fmt: skip
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        #: every component process started, restarts included (a session each)
+        self._started: list[subprocess.Popen[bytes]] = []
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """One Airflow CLI command in this home (``airflow db migrate``, ``airflow dags unpause …``)."""
@@ -88,26 +123,87 @@ class Airflow:
             raise RuntimeError(f"airflow db migrate failed:\n{(out.stdout + out.stderr)[-3000:]}")
 
     def start(self, *components: str) -> None:
-        """Start each component (``airflow <name>``) in its own process group, its output to ``<home>/<name>.log``."""
+        """Start each component (``airflow <name>``) in a session of its own (it gets SIGTERM if this process
+        dies), its output to ``<home>/<name>.log``.
+
+        The stop signals are held until the component is recorded: a handler that raised inside ``Popen``
+        would lose a child already forked, which :meth:`stop` would then never end.
+        """
         for name in components:
-            log = open(self.home / f"{name}.log", "wb")  # noqa: SIM115 - closed with the process
-            self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "airflow", name], env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
+            with signals_held(), open(self.home / f"{name}.log", "wb") as log:
+                mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+                try:
+                    proc = subprocess.Popen(
+                        [sys.executable, "-m", "airflow", name], env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL, preexec_fn=functools.partial(_die_with_parent, os.getpid(), mask),
+                    )  # fmt: skip
+                    self.procs[name] = proc
+                    self._started.append(proc)
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    def processes(self) -> list[psutil.Process]:
+        """Every live process the components started, the components left out: the members of their sessions
+        (a task process sits in a process group of its own, in its component's session) and the descendants of
+        each (one that started a session of its own). Zombies count as gone.
+
+        Only the sessions of components not reaped yet are looked at: a reaped leader's number may be reused.
+        """
+        leaders = {p.pid for p in self._started}
+        ours = {p.pid for p in self._started if p.returncode is None}
+        sessions = set(ours)
+        table: dict[int, psutil.Process] = {}
+        children: dict[int, list[int]] = {}
+        for proc in psutil.process_iter(["ppid"]):
+            try:
+                sid = os.getsid(proc.pid)
+            except OSError:
+                continue
+            table[proc.pid] = proc
+            children.setdefault(proc.info["ppid"], []).append(proc.pid)
+            if sid in sessions:
+                ours.add(proc.pid)
+        todo = list(ours)
+        while todo:
+            for child in children.get(todo.pop(), ()):
+                if child not in ours:
+                    ours.add(child)
+                    todo.append(child)
+        return [table[pid] for pid in ours if pid in table and pid not in leaders and _alive(table[pid])]
 
     def stop(self, grace: float = 30) -> None:
-        """SIGTERM every component's process group, SIGKILL those still running ``grace`` seconds later."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        """Stop every component and every process they started: SIGTERM to each (each component's process group,
+        each process of :meth:`processes`), SIGKILL to those still running ``grace`` seconds later; returns once
+        all are gone. Stop signals that arrive meanwhile are held until then (:func:`signals_held`). Safe to call
+        twice, and on components never started."""
+        with signals_held():
+            self._signal_all(signal.SIGTERM)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and self._running():
+                time.sleep(0.2)
+            for _ in range(3):  # and whatever a dying process started meanwhile
+                if not self._running():
+                    break
+                self._signal_all(signal.SIGKILL)
+                deadline = time.monotonic() + 10
+                while time.monotonic() < deadline and self._running():
+                    time.sleep(0.1)
+            for proc in self._started:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=10)
+
+    def _running(self) -> bool:
+        return any(_leader_running(p) for p in self._started) or bool(self.processes())
+
+    def _signal_all(self, signum: signal.Signals) -> None:
+        others = self.processes()
+        for proc in self._started:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signum)
+        for other in others:
+            with contextlib.suppress(psutil.Error):
+                other.send_signal(signum)
 
     def exited(self) -> dict[str, int]:
         """The components that ended, with their exit status."""
@@ -121,6 +217,21 @@ class Airflow:
         """Rows of one statement on the metadata database."""
         with sqlite3.connect(self.home / "airflow.db", timeout=30) as conn:
             return conn.execute(sql, params).fetchall()
+
+
+def _leader_running(proc: subprocess.Popen[bytes]) -> bool:
+    """A component still running (not reaped, not a zombie: its number stays ours until it is reaped)."""
+    try:
+        return proc.returncode is None and _alive(psutil.Process(proc.pid))
+    except psutil.Error:
+        return False
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float, airflow: Airflow, interval: float = 1.0) -> Any:

@@ -3,16 +3,22 @@
 s3ch-local up [--nodes N] [--rows R]      start, write sample data, print AIRFLOW_CONN_*; Ctrl-C stops
 s3ch-local demo --dags-folder DIR         start, write sample data, run the example DAG through Airflow,
                                           print what it loaded, stop
-s3ch-local live [--seconds S]             start, run Airflow's scheduler and triggerer on the continuous
+s3ch-local live [--seconds S] [--no-sqs] [--listing-poll P]
+                                          start, run Airflow's scheduler and triggerer on the continuous
                                           example DAG, put a file a second, print rows and lag, stop
+s3ch-local queue --bucket B --prefix P [--name N]
+                                          on the running stack (`up`'s AIRFLOW_CONN_AWS_DEFAULT exported): an SQS
+                                          queue the bucket notifies of each object created under P; prints its URL
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
+import re
 import shlex
 import signal
 import sqlite3
@@ -27,7 +33,14 @@ from typing import Any
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.local import live
 from airflow_provider_s3ch.local.sample import write_posts
-from airflow_provider_s3ch.local.stack import DEFAULT_BUCKET, DEFAULT_REGION, WORKLOAD, LocalStack
+from airflow_provider_s3ch.local.stack import (
+    DEFAULT_BUCKET,
+    DEFAULT_REGION,
+    WORKLOAD,
+    LocalStack,
+    create_bucket,
+    notify_queue,
+)
 
 DEMO_DAG_ID = "s3_to_clickhouse_posts"
 
@@ -248,7 +261,12 @@ def print_figures(result: dict[str, Any] | None, rows_in_table: int, sample_rows
 
 
 def cmd_live(args: argparse.Namespace) -> int:
-    """The live demo (:mod:`airflow_provider_s3ch.local.live`): 0 when every file put is in the table once."""
+    """The live demo (:mod:`airflow_provider_s3ch.local.live`): 0 when every file put is in the table once.
+
+    A stop signal at any point (the stack starting, Airflow starting, files put, the last ones waited for) stops
+    Airflow's processes (:meth:`Airflow.stop`), then the stack's, and only then says so; the exit status is then
+    128 + the signal's number.
+    """
     from airflow_provider_s3ch.errors import NeedsNewerAirflowError, require
 
     try:  # the api-server, the dag-processor and asset watchers are Airflow 3's
@@ -261,14 +279,65 @@ def cmd_live(args: argparse.Namespace) -> int:
     if not options.dag_file.is_file():
         print(f"no DAG file at {options.dag_file} (--dag-file: example_dags/example_continuous.py)", file=sys.stderr)
         return 2
+    say = functools.partial(print, flush=True)  # each line as it comes, also into a pipe
     try:
         with _stack_until_stopped(args) as stack:
+            say(f"starting the stack (a ClickHouse node, S3 and SQS) in {stack.workdir}")
             stack.start()
-            result = live.run_live(stack, options, stop_on=(Stopped,))
+            result = live.run_live(stack, options, say=say, stop_on=(Stopped,))
     except Stopped as stop:
-        print(f"# {stop}: stopped Airflow and the stack", file=sys.stderr, flush=True)
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(f"# {stop}: stopped every process it started (Airflow's, ClickHouse, S3)", file=sys.stderr,
+                  flush=True)  # fmt: skip
         return 128 + stop.signum
-    return 0 if result.exactly_once and result.put else 1
+    return 0 if result.complete else 1
+
+
+def queue_name(bucket: str, prefix: str) -> str:
+    """The default queue of ``s3ch-local queue``: ``s3ch-<bucket>-<prefix>``, in the characters and the 80 a queue's
+    name may have."""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", f"s3ch-{bucket}-{prefix}").strip("-")[:80]
+
+
+def cmd_queue(args: argparse.Namespace) -> int:
+    """Create, on the running stack, an SQS queue that ``--bucket`` notifies of each object created under ``--prefix``
+    (the bucket too, if it does not exist); print the queue's URL (alone on stdout: ``QUEUE=$(s3ch-local queue …)``;
+    the rest, Airflow's log lines included, goes to stderr).
+
+    The stack is the one the aws connection (``--aws-conn-id``, as ``s3ch-local up`` exports it) points at; a
+    connection without an ``endpoint_url`` (AWS itself) is refused.
+    """
+    from airflow.providers.amazon.aws.hooks.base_aws import AwsBaseHook
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from airflow_provider_s3ch.compat import AirflowNotFoundException
+
+    name = args.name or queue_name(args.bucket, args.prefix)
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            s3_hook = AwsBaseHook(aws_conn_id=args.aws_conn_id, client_type="s3")
+            endpoint, region = s3_hook.conn_config.endpoint_url, s3_hook.conn_config.region_name or DEFAULT_REGION
+        except AirflowNotFoundException:
+            print(f"no aws connection {args.aws_conn_id!r}: start the stack with `s3ch-local up` and export the "
+                  "AIRFLOW_CONN_* lines it prints")
+            return 2
+        if not endpoint:
+            print(f"the aws connection {args.aws_conn_id!r} has no endpoint_url: s3ch-local queue makes queues on the "
+                  "local stack only (on AWS: docs/continuous.md, From S3 event notifications)")
+            return 2
+        try:
+            s3 = s3_hook.get_client_type(region_name=region)
+            sqs = AwsBaseHook(aws_conn_id=args.aws_conn_id, client_type="sqs").get_client_type(region_name=region)
+            create_bucket(s3, args.bucket, region)
+            url = notify_queue(s3, sqs, args.bucket, name, prefix=args.prefix,
+                               visibility_timeout=args.visibility_timeout)
+        except (ClientError, BotoCoreError) as exc:
+            print(f"could not make queue {name} for bucket {args.bucket} on {endpoint}: {exc}")
+            return 1
+        print(f"# bucket {args.bucket} notifies queue {name} of s3:ObjectCreated:* under {args.prefix!r} ({endpoint});"
+              f" a watcher: notification_watcher(..., queue_url={url!r}, s3_uri='s3://{args.bucket}/{args.prefix}…')")
+    print(url, flush=True)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -286,6 +355,16 @@ def main(argv: list[str] | None = None) -> int:
     live_cmd = sub.add_parser("live", help="continuous ingestion, live: files put once a second, rows and lag printed")
     live.add_arguments(live_cmd)
     live_cmd.set_defaults(func=cmd_live)
+    queue = sub.add_parser("queue", help="on the running stack: an SQS queue the bucket notifies of new objects "
+                                         "under a prefix; prints its URL")
+    queue.add_argument("--bucket", required=True, help="the bucket (created if it does not exist)")
+    queue.add_argument("--prefix", default="", help="only keys starting with it are notified: the glob's literal "
+                                                    "prefix, e.g. in/ for s3://B/in/*.csv (default: every key)")
+    queue.add_argument("--name", default=None, help="the queue's name (default: s3ch-<bucket>-<prefix>)")
+    queue.add_argument("--visibility-timeout", type=int, default=None, help="the queue's, in seconds (SQS's: 30)")
+    queue.add_argument("--aws-conn-id", default="aws_default",
+                       help="the connection to the stack, as `up` exports it (aws_default)")
+    queue.set_defaults(func=cmd_queue)
     args = parser.parse_args(argv)
     return int(args.func(args))
 

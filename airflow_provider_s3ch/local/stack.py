@@ -88,6 +88,40 @@ def s3_notification(bucket: str, key: str, size: int, etag: str, when: datetime.
                "object": {"key": urllib.parse.quote_plus(key), "size": size, "eTag": etag, "sequencer": "0"}}}]})
 
 
+def create_bucket(s3: Any, name: str, region: str) -> None:
+    """Create a bucket in ``region`` with the boto3 S3 client ``s3``; no error if it exists."""
+    kwargs: dict[str, Any] = {"Bucket": name}
+    if region != "us-east-1":
+        kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+        s3.create_bucket(**kwargs)
+
+
+def notify_queue(s3: Any, sqs: Any, bucket: str, queue: str, *, prefix: str = "",
+                 visibility_timeout: int | None = None) -> str:
+    """Create the SQS queue ``queue`` (if it does not exist) and have ``bucket`` send it an event notification for
+    every object created under ``prefix`` (``s3:ObjectCreated:*``), beside the notifications the bucket already
+    sends (once: a second call with the same queue and prefix adds nothing): :meth:`LocalStack.notify_queue` and
+    ``s3ch-local queue``, with the boto3 clients ``s3`` and ``sqs``.
+
+    :return: the queue's URL.
+    """
+    attributes = {} if visibility_timeout is None else {"VisibilityTimeout": str(int(visibility_timeout))}
+    url = sqs.create_queue(QueueName=queue, Attributes=attributes)["QueueUrl"]
+    arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    config = s3.get_bucket_notification_configuration(Bucket=bucket)
+    config.pop("ResponseMetadata", None)
+    entry: dict[str, Any] = {"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}
+    if prefix:
+        entry["Filter"] = {"Key": {"FilterRules": [{"Name": "prefix", "Value": prefix}]}}
+    entries = config.get("QueueConfigurations", [])
+    if any({k: e.get(k) for k in entry} == entry for e in entries):
+        return str(url)  # already notified (the same queue, events and prefix): not twice
+    config["QueueConfigurations"] = [*entries, entry]
+    s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration=config)
+    return str(url)
+
+
 @dataclass
 class NodeInfo:
     """One ClickHouse node of the stack."""
@@ -291,12 +325,7 @@ class LocalStack:
     def create_bucket(self, name: str, region: str | None = None) -> None:
         """Create a bucket in ``region`` (default: the stack's region); no error if it exists."""
         region = region or self.region
-        client = self.s3_client(region)
-        kwargs: dict[str, Any] = {"Bucket": name}
-        if region != "us-east-1":
-            kwargs["CreateBucketConfiguration"] = {"LocationConstraint": region}
-        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
-            client.create_bucket(**kwargs)
+        create_bucket(self.s3_client(region), name, region)
 
     def sqs_client(self, region: str | None = None) -> Any:
         """A boto3 SQS client on the local S3 server, which serves SQS too.
@@ -326,18 +355,8 @@ class LocalStack:
         :param visibility_timeout: the queue's visibility timeout in seconds (SQS's default, 30 s, if None).
         :return: the queue's URL.
         """
-        sqs, s3 = self.sqs_client(), self.s3_client()
-        attributes = {} if visibility_timeout is None else {"VisibilityTimeout": str(int(visibility_timeout))}
-        url = sqs.create_queue(QueueName=queue, Attributes=attributes)["QueueUrl"]
-        arn = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
-        config = s3.get_bucket_notification_configuration(Bucket=bucket)
-        config.pop("ResponseMetadata", None)
-        entry: dict[str, Any] = {"QueueArn": arn, "Events": ["s3:ObjectCreated:*"]}
-        if prefix:
-            entry["Filter"] = {"Key": {"FilterRules": [{"Name": "prefix", "Value": prefix}]}}
-        config["QueueConfigurations"] = [*config.get("QueueConfigurations", []), entry]
-        s3.put_bucket_notification_configuration(Bucket=bucket, NotificationConfiguration=config)
-        return str(url)
+        return notify_queue(self.s3_client(), self.sqs_client(), bucket, queue, prefix=prefix,
+                            visibility_timeout=visibility_timeout)
 
     def clickhouse_client(self, node: int = 0, **kwargs: Any) -> Any:
         """A ``clickhouse_driver.Client`` on one node."""
