@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import subprocess
+import sys
 import threading
 import time
 import types
+import urllib.request
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from airflow_provider_s3ch.local import LocalStack
@@ -141,3 +147,52 @@ def wait_answering(url: str, timeout: float = 120.0) -> None:
             if time.monotonic() > deadline:
                 raise AssertionError(f"no answer from {url} within {timeout:g} s: {exc}") from exc
             time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def locked_moto(log: Path, region: str, users: dict[str, list[str]],
+                setup: Any = None) -> Iterator[tuple[str, dict[str, tuple[str, str]]]]:
+    """A moto server of its own that enforces credentials and IAM policies once set up (``/moto-api/reset-auth``):
+    ``setup(endpoint, {"endpoint_url": …, …})`` runs first as an unrestricted user; then each of ``users`` gets an
+    IAM user allowed the actions named (on every resource). Yields the endpoint and each user's keys."""
+    from airflow_provider_s3ch.local.stack import free_port
+
+    port = free_port()
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=out, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/", timeout=1).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise
+                time.sleep(0.1)
+        import boto3
+
+        kwargs = {"endpoint_url": endpoint, "region_name": region, "aws_access_key_id": "setup",
+                  "aws_secret_access_key": "setup"}
+        if setup is not None:
+            setup(endpoint, kwargs)
+        iam, keys = boto3.client("iam", **kwargs), {}
+        for user, actions in users.items():
+            iam.create_user(UserName=user)
+            if actions:
+                iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps({
+                    "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}))
+            key = iam.create_access_key(UserName=user)["AccessKey"]
+            keys[user] = (key["AccessKeyId"], key["SecretAccessKey"])
+        enforce = urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
+                                         headers={"Content-Type": "text/plain"})
+        urllib.request.urlopen(enforce, timeout=10).read()
+        yield endpoint, keys
+    finally:
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        if proc.poll() is None:
+            proc.kill()

@@ -11,12 +11,6 @@ its named collection holds, are unknown to it.
 
 from __future__ import annotations
 
-import contextlib
-import json
-import subprocess
-import sys
-import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -27,9 +21,9 @@ from airflow.providers.common.compat.sdk import AirflowFailException
 
 from airflow_provider_s3ch.errors import BucketError, S3AccessDeniedError
 from airflow_provider_s3ch.local import LocalStack
-from airflow_provider_s3ch.local.stack import NAMED_COLLECTION, free_port
+from airflow_provider_s3ch.local.stack import NAMED_COLLECTION
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from tests.integration.support import fake_context
+from tests.integration.support import fake_context, locked_moto
 
 pytestmark = pytest.mark.integration
 
@@ -47,47 +41,15 @@ class LockedS3:
 
 @pytest.fixture(scope="module")
 def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LockedS3]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("locked-s3") / "moto.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/", timeout=1).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        setup = {"endpoint_url": endpoint, "region_name": REGION, "aws_access_key_id": "setup",
-                 "aws_secret_access_key": "setup"}
-        s3, iam = boto3.client("s3", **setup), boto3.client("iam", **setup)
+    def setup(endpoint: str, kwargs: dict[str, str]) -> None:
+        s3 = boto3.client("s3", **kwargs)
         s3.create_bucket(Bucket=BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
         for n in (1, 2):
             s3.put_object(Bucket=BUCKET, Key=f"d/{n}.csv", Body=f"id,name\n{n},x{n}\n".encode())
-        keys = {}
-        for user, actions in (("lister", ["s3:ListBucket", "s3:GetBucketLocation"]), ("nobody", []),
-                              ("reader", ["s3:*"])):
-            iam.create_user(UserName=user)
-            if actions:
-                iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps({
-                    "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}))
-            key = iam.create_access_key(UserName=user)["AccessKey"]
-            keys[user] = (key["AccessKeyId"], key["SecretAccessKey"])
-        enforce = urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
-                                         headers={"Content-Type": "text/plain"})
-        urllib.request.urlopen(enforce, timeout=10).read()
+
+    users = {"lister": ["s3:ListBucket", "s3:GetBucketLocation"], "nobody": [], "reader": ["s3:*"]}
+    with locked_moto(tmp_path_factory.mktemp("locked-s3") / "moto.log", REGION, users, setup) as (endpoint, keys):
         yield LockedS3(endpoint, keys)
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        if proc.poll() is None:
-            proc.kill()
 
 
 @pytest.fixture

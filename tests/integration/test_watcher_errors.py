@@ -12,13 +12,11 @@ import contextlib
 import json
 import logging
 import os
-import subprocess
-import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
+from unittest import mock
 
 import boto3
 import pytest
@@ -30,6 +28,7 @@ from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.stack import free_port
 from airflow_provider_s3ch.triggers.s3_events import S3ListingEventTrigger
 from airflow_provider_s3ch.triggers.s3_notifications import ACK_MODE, S3NotificationEventTrigger
+from tests.integration.support import locked_moto
 
 pytestmark = pytest.mark.integration
 
@@ -38,20 +37,10 @@ REGION = "eu-west-3"
 CONN = "aws_watch"
 
 
-@contextlib.contextmanager
-def _connections(**conns: dict[str, Any]) -> Iterator[None]:
+def _connections(**conns: dict[str, Any]) -> Any:
     """``AIRFLOW_CONN_<ID>`` for each connection, restored afterwards."""
-    keys = {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(conn) for conn_id, conn in conns.items()}
-    saved = {key: os.environ.get(key) for key in keys}
-    os.environ.update(keys)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    return mock.patch.dict(os.environ, {f"AIRFLOW_CONN_{conn_id.upper()}": json.dumps(conn)
+                                        for conn_id, conn in conns.items()})
 
 
 @pytest.fixture(scope="module")
@@ -269,49 +258,21 @@ class Locked:
 def locked(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Locked]:
     """moto's server enforcing credentials and IAM policies once set up (``/moto-api/reset-auth`` with 0): a bucket
     and a queue holding one message; ``aws_nobody`` may do nothing, ``aws_receiver`` may receive but not delete."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("locked-watch") / "moto.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=out, stderr=subprocess.STDOUT)
-    endpoint = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{endpoint}/", timeout=1).read()
-                break
-            except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise
-                time.sleep(0.1)
-        setup = {"endpoint_url": endpoint, "region_name": REGION, "aws_access_key_id": "setup",
-                 "aws_secret_access_key": "setup"}
-        s3, sqs, iam = (boto3.client(service, **setup) for service in ("s3", "sqs", "iam"))
+    made: dict[str, str] = {}
+
+    def setup(endpoint: str, kwargs: dict[str, Any]) -> None:
+        s3, sqs = boto3.client("s3", **kwargs), boto3.client("sqs", **kwargs)
         s3.create_bucket(Bucket=LOCKED_BUCKET, CreateBucketConfiguration={"LocationConstraint": REGION})
-        url = sqs.create_queue(QueueName="locked", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
-        sqs.send_message(QueueUrl=url, MessageBody="a message the receiver may not delete")
-        conns = {}
-        for user, actions in (("nobody", []), ("receiver", ["sqs:ReceiveMessage"])):
-            iam.create_user(UserName=user)
-            if actions:
-                iam.put_user_policy(UserName=user, PolicyName="p", PolicyDocument=json.dumps({
-                    "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}]}))
-            key = iam.create_access_key(UserName=user)["AccessKey"]
-            conns[f"aws_{user}"] = {"conn_type": "aws", "login": key["AccessKeyId"],
-                                    "password": key["SecretAccessKey"],
-                                    "extra": {"endpoint_url": endpoint, "region_name": REGION}}
-        enforce = urllib.request.Request(f"{endpoint}/moto-api/reset-auth", data=b"0", method="POST",
-                                         headers={"Content-Type": "text/plain"})
-        urllib.request.urlopen(enforce, timeout=10).read()
+        made["url"] = sqs.create_queue(QueueName="locked", Attributes={"VisibilityTimeout": "1"})["QueueUrl"]
+        sqs.send_message(QueueUrl=made["url"], MessageBody="a message the receiver may not delete")
+
+    log = tmp_path_factory.mktemp("locked-watch") / "moto.log"
+    with locked_moto(log, REGION, {"nobody": [], "receiver": ["sqs:ReceiveMessage"]}, setup) as (endpoint, keys):
+        conns = {f"aws_{user}": {"conn_type": "aws", "login": key, "password": secret,
+                                 "extra": {"endpoint_url": endpoint, "region_name": REGION}}
+                 for user, (key, secret) in keys.items()}
         with _connections(**conns):
-            yield Locked(endpoint, url)
-    finally:
-        proc.terminate()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        if proc.poll() is None:
-            proc.kill()
+            yield Locked(endpoint, made["url"])
 
 
 def test_access_denied_to_receive_fails_the_trigger_naming_the_permission(locked: Locked) -> None:
