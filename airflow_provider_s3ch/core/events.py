@@ -224,8 +224,10 @@ def as_now(files: Sequence[EventFile], now: Mapping[str, S3Object | None]
             current.append(obj)
             continue
         etag = obj.etag or f.etag
-        if etag != f.etag:
-            changed.append(f.key)
+        if etag == f.etag:  # the version the event names: its landing time is the event's
+            current.append(f)
+            continue
+        changed.append(f.key)
         current.append(EventFile(key=f.key, size=obj.size, etag=etag,
                                  last_modified=obj.last_modified or f.last_modified))
     return current, gone, changed

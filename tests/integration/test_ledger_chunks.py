@@ -97,9 +97,10 @@ def test_chunk_arguments_the_ledger_cannot_honour_are_refused(stack: LocalStack,
 
 def test_a_failed_chunk_keeps_the_committed_ones_and_the_retry_loads_the_rest(stack: LocalStack, bucket: str,
                                                                               monkeypatch) -> None:
-    """Chunk 3's file disappears from S3 just before its insert (the real S3's 404): chunks 1 and 2 stay
-    committed, the claims of chunks 3 to 5 are given back, and the retry, with the file back, claims them
-    again and loads them, chunk 3 first."""
+    """Chunk 3's file disappears from S3 after the chunk looked its files up, just before its insert (the real
+    S3's 404): chunks 1 and 2 stay committed, the claims of chunks 3 to 5 are given back, and the retry, with the
+    file back, claims them again and loads them, chunk 3 first. (Deleted before the look, the file is left out:
+    test_run_from_events.)"""
     f = new_files(stack)
     f.put(*range(10))
     expected = f.clean()
@@ -108,13 +109,14 @@ def test_a_failed_chunk_keeps_the_committed_ones_and_the_retry_loads_the_rest(st
     begin = LedgerRun.begin
 
     def begin_losing_chunk_3(self: LedgerRun, chunk: Any) -> Any:
+        begun = begin(self, chunk)
         if chunk.number == 3:
             s3.delete_object(Bucket=BUCKET, Key=f.key(4))
-        return begin(self, chunk)
+        return begun
 
     monkeypatch.setattr(LedgerRun, "begin", begin_losing_chunk_3)
     run_id = f"run-{uuid.uuid4().hex[:8]}"
-    with pytest.raises(S3chError):
+    with pytest.raises(S3chError, match="deleted from S3 after the run looked at it"):
         f.run(run_id=run_id, max_files_per_load=2)
     assert sorted(per_file(f)) == [0, 1, 2, 3] and set(per_file(f).values()) == {ROWS}
     states = {k: s for k, _, s in chunk_rows(f)}
