@@ -78,6 +78,7 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/integration/test_glob_property.py": "our glob against ClickHouse's s3() (hooks.s3 listing, no operator)",
     "tests/integration/test_goldens.py": "the statements the load path sends, in order, and its returned dict",
     "tests/integration/test_history.py": "planning from system.query_log",
+    "tests/integration/test_keeper.py": "ZooKeeper and S3Queue on the local stack (no Airflow)",
     "tests/integration/test_keys.py": "key encoding between boto3 and ClickHouse's URL decoding",
     "tests/integration/test_latency_plan.py": "the plan's reading streams under S3 latency",
     "tests/integration/test_ledger.py": "the file ledger's rows and the target's rows",

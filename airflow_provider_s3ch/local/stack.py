@@ -30,6 +30,7 @@ from typing import Any
 from xml.sax.saxutils import escape
 
 from airflow_provider_s3ch.core.plan.workload import parse_size
+from airflow_provider_s3ch.local import keeper as zk
 
 DEFAULT_CLUSTER = "s3ch_local"
 DEFAULT_REGION = "eu-west-3"
@@ -160,6 +161,10 @@ class LocalStack:
         gets workload scheduling for loads: ``CREATE RESOURCE memory (MEMORY RESERVATION)``, ``CREATE
         WORKLOAD all SETTINGS max_memory = <workload_memory>`` and ``CREATE WORKLOAD loads IN all`` (each
         node its own: there is no Keeper), and the ClickHouse connection's extra ``workload`` is ``loads``.
+    :param keeper: also start a ZooKeeper (Debian's ``zookeeper`` package, :mod:`.keeper`) on a free loopback
+        port, ``stack.keeper_port``, and give every node's ``config.xml`` its ``<zookeeper>`` section, for
+        Keeper-backed engines such as ``S3Queue``. :meth:`start` raises :class:`LocalStackError` naming
+        ``apt-get install zookeeper`` when the package is missing.
     """
 
     def __init__(
@@ -171,6 +176,7 @@ class LocalStack:
         cluster: str = DEFAULT_CLUSTER,
         start_timeout: float = 90.0,
         workload_memory: str | int | None = None,
+        keeper: bool = False,
     ) -> None:
         if nodes < 1:
             raise ValueError("nodes must be at least 1")
@@ -194,6 +200,9 @@ class LocalStack:
         self.nodes: list[NodeInfo] = []
         self.s3_port = 0
         self._s3_process: subprocess.Popen[bytes] | None = None
+        self.keeper = keeper
+        self.keeper_port = 0
+        self._keeper_process: subprocess.Popen[bytes] | None = None
         self._spawned: list[subprocess.Popen[bytes]] = []
         self._started = False
 
@@ -206,14 +215,17 @@ class LocalStack:
         self.stop()
 
     def start(self) -> LocalStack:
-        """Start the S3 server and every node, and wait until all answer."""
+        """Start the S3 server, ZooKeeper (``keeper=True``) and every node, and wait until all answer."""
         if self._started:
             return self
+        install = self._find_keeper() if self.keeper else None  # before anything starts
         self._started = True
         atexit.register(self.stop)
         try:
             self.workdir.mkdir(parents=True, exist_ok=True)
             self.start_s3()
+            if install is not None:
+                self._start_keeper(install)
             self.nodes = [
                 NodeInfo(i, free_port(), free_port(), self.workdir / f"node{i}") for i in range(self.node_count)
             ]
@@ -238,6 +250,8 @@ class LocalStack:
         for node in self.nodes:
             self._terminate(node.process)
             node.process = None
+        self._terminate(self._keeper_process)  # after the nodes, which hold sessions on it
+        self._keeper_process = None
         self.stop_s3()
         for proc in self._spawned:  # one a signal interrupted before it was recorded above
             self._terminate(proc)
@@ -468,6 +482,30 @@ class LocalStack:
                     os.environ[k] = v
 
     # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _find_keeper() -> zk.ZooKeeperInstall:
+        try:
+            return zk.find_zookeeper()
+        except zk.ZooKeeperNotInstalled as exc:
+            raise LocalStackError(str(exc)) from exc
+
+    def _start_keeper(self, install: zk.ZooKeeperInstall) -> None:
+        """Start ZooKeeper on a free loopback port (config, data and ``keeper.log`` in the workdir); wait for
+        ``imok``."""
+        self.keeper_port = free_port()
+        home = self.workdir / "keeper"
+        zk.write_config(home / "conf", home / "data", self.keeper_port)
+        log = self.workdir / "keeper.log"
+        self._keeper_process = self._spawn(install.argv(home / "conf", self.workdir / "tmp"), log)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self._keeper_process.poll() is not None:
+                raise LocalStackError(f"ZooKeeper exited with {self._keeper_process.returncode}: {self._tail(log)}")
+            if zk.ruok(self.keeper_port):
+                return
+            time.sleep(0.1)
+        raise LocalStackError(f"ZooKeeper did not answer on port {self.keeper_port}: {self._tail(log)}")
+
     def _spawn(self, argv: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         """Start a child process; :meth:`stop` ends it, also when a signal's handler raises during the start.
 
@@ -548,6 +586,7 @@ class LocalStack:
             f"<user>{self.user}</user><password>{pw}</password></replica></shard>"
             for n in self.nodes
         )
+        keeper = f"\n    {zk.zookeeper_xml(self.keeper_port)}" if self.keeper else ""
         config = f"""<clickhouse>
     <path>{escape(str(node.workdir / "data"))}/</path>
     <user_files_path>{escape(str(node.workdir / "user_files"))}/</user_files_path>
@@ -562,7 +601,7 @@ class LocalStack:
     </query_log>
     <remote_servers>
         <{self.cluster}>{shards}</{self.cluster}>
-    </remote_servers>
+    </remote_servers>{keeper}
     <user_directories><users_xml><path>{escape(str(node.workdir / "users.xml"))}</path></users_xml></user_directories>
     <named_collections><{NAMED_COLLECTION}>
         <access_key_id>{escape(self.s3_access_key)}</access_key_id>
