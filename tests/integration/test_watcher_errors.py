@@ -184,15 +184,22 @@ def test_a_glob_that_matches_nothing_yet_is_waited_on_and_the_start_says_what_it
     moto.s3_client().put_object(Bucket=bucket, Key="in/a.txt", Body=b"not the glob's\n")
     trigger = S3ListingEventTrigger(s3_uri=f"s3://{bucket}/in/*.csvv", aws_conn_id=CONN, poll_interval=0.05)
 
-    async def a_while() -> None:
+    async def three_looks() -> None:
+        """Until the watcher looked three times (however busy the machine), no event may come."""
         events = trigger.run().__aiter__()
-        with contextlib.suppress(TimeoutError):
-            event = await asyncio.wait_for(events.__anext__(), timeout=1.0)
-            raise AssertionError(f"an event for a glob that matches nothing: {event!r}")
+        waiting = asyncio.ensure_future(events.__anext__())
+        deadline = time.monotonic() + 120
+        while trigger.cursor.looks < 3 and time.monotonic() < deadline and not waiting.done():
+            await asyncio.sleep(0.05)
+        if waiting.done():
+            raise AssertionError(f"an event for a glob that matches nothing: {waiting.result()!r}")
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
         await events.aclose()
 
     with caplog.at_level(logging.INFO):
-        asyncio.run(a_while())
+        asyncio.run(three_looks())
     assert trigger.cursor.looks >= 3  # it went on looking
     text = _said(caplog, capsys)
     assert f"listing watcher: bucket {bucket!r}, prefix 'in/', keys matching 'in/*.csvv'" in text, text
@@ -206,14 +213,15 @@ def test_the_notification_watcher_says_what_it_watches(moto: LocalStack, caplog:
     url = moto.notify_queue(bucket, bucket, prefix="in/")
     trigger = _sqs_trigger(url, f"s3://{bucket}/in/*.csv")
 
-    async def a_while() -> None:
+    async def until_it_says() -> None:
+        """The watcher says what it watches when it starts; no notification comes, so it waits (5 s here)."""
         events = trigger.run().__aiter__()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(events.__anext__(), timeout=0.5)
+            await asyncio.wait_for(events.__anext__(), timeout=5)
         await events.aclose()
 
     with caplog.at_level(logging.INFO):
-        asyncio.run(a_while())
+        asyncio.run(until_it_says())
     text = _said(caplog, capsys)
     assert f"notification watcher: SQS queue {url}" in text and f"files of bucket {bucket!r}" in text, text
     assert "keys match 'in/*.csv'" in text and "must cover the prefix 'in/'" in text, text
@@ -229,15 +237,26 @@ def test_notifications_of_another_bucket_are_said_once(moto: LocalStack, caplog:
         moto.s3_client().put_object(Bucket=bucket, Key=key, Body=b"x\n")
     trigger = _sqs_trigger(url, f"s3://{bucket}-typo/in/*.csv")
 
-    async def a_while() -> None:
+    def warned() -> list[str]:
+        return [m for m in caplog.messages if "names files of another bucket" in m]
+
+    async def until_warned() -> None:
+        """Until the watcher warned (however busy the machine), and a moment more, no event may come."""
         events = trigger.run().__aiter__()
-        with contextlib.suppress(TimeoutError):
-            event = await asyncio.wait_for(events.__anext__(), timeout=2.5)
-            raise AssertionError(f"an event for another bucket's files: {event!r}")
+        waiting = asyncio.ensure_future(events.__anext__())
+        deadline = time.monotonic() + 120
+        while not warned() and time.monotonic() < deadline and not waiting.done():
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(1.0)  # both notifications were in the first receives; a second warning would follow
+        if waiting.done():
+            raise AssertionError(f"an event for another bucket's files: {waiting.result()!r}")
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
         await events.aclose()
 
     with caplog.at_level(logging.WARNING, logger="airflow_provider_s3ch.triggers.s3_notifications"):
-        asyncio.run(a_while())
+        asyncio.run(until_warned())
     said = [m for m in caplog.messages if "names files of another bucket" in m]
     assert len(said) == 1 and f"another bucket than '{bucket}-typo'" in said[0], caplog.messages
 
