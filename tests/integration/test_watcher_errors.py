@@ -60,6 +60,23 @@ def _unique(name: str) -> str:
     return f"{name}-{uuid.uuid4().hex[:8]}"
 
 
+async def _no_event_until(trigger: Any, done: Any, what: str, then: float = 0.0) -> None:
+    """Run the trigger until ``done()`` holds (however busy the machine; at most 120 s), ``then`` seconds more:
+    no event may come meanwhile."""
+    events = trigger.run().__aiter__()
+    waiting = asyncio.ensure_future(events.__anext__())
+    deadline = time.monotonic() + 120
+    while not done() and time.monotonic() < deadline and not waiting.done():
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(then)
+    if waiting.done():
+        raise AssertionError(f"an event for {what}: {waiting.result()!r}")
+    waiting.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiting
+    await events.aclose()
+
+
 def _raised(events: AsyncIterator[Any], timeout: float = 15) -> BaseException:
     """What the trigger's event stream raised (a timeout when it went on waiting instead)."""
 
@@ -184,22 +201,8 @@ def test_a_glob_that_matches_nothing_yet_is_waited_on_and_the_start_says_what_it
     moto.s3_client().put_object(Bucket=bucket, Key="in/a.txt", Body=b"not the glob's\n")
     trigger = S3ListingEventTrigger(s3_uri=f"s3://{bucket}/in/*.csvv", aws_conn_id=CONN, poll_interval=0.05)
 
-    async def three_looks() -> None:
-        """Until the watcher looked three times (however busy the machine), no event may come."""
-        events = trigger.run().__aiter__()
-        waiting = asyncio.ensure_future(events.__anext__())
-        deadline = time.monotonic() + 120
-        while trigger.cursor.looks < 3 and time.monotonic() < deadline and not waiting.done():
-            await asyncio.sleep(0.05)
-        if waiting.done():
-            raise AssertionError(f"an event for a glob that matches nothing: {waiting.result()!r}")
-        waiting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await waiting
-        await events.aclose()
-
     with caplog.at_level(logging.INFO):
-        asyncio.run(three_looks())
+        asyncio.run(_no_event_until(trigger, lambda: trigger.cursor.looks >= 3, "a glob that matches nothing"))
     assert trigger.cursor.looks >= 3  # it went on looking
     text = _said(caplog, capsys)
     assert f"listing watcher: bucket {bucket!r}, prefix 'in/', keys matching 'in/*.csvv'" in text, text
@@ -241,23 +244,9 @@ def test_notifications_of_another_bucket_are_said_once(moto: LocalStack, caplog:
     def warned() -> list[str]:
         return [m for m in caplog.messages if "names files of another bucket" in m]
 
-    async def until_warned() -> None:
-        """Until the watcher warned (however busy the machine), and a moment more, no event may come."""
-        events = trigger.run().__aiter__()
-        waiting = asyncio.ensure_future(events.__anext__())
-        deadline = time.monotonic() + 120
-        while not warned() and time.monotonic() < deadline and not waiting.done():
-            await asyncio.sleep(0.05)
-        await asyncio.sleep(1.0)  # both notifications were in the first receives; a second warning would follow
-        if waiting.done():
-            raise AssertionError(f"an event for another bucket's files: {waiting.result()!r}")
-        waiting.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await waiting
-        await events.aclose()
-
     with caplog.at_level(logging.WARNING, logger="airflow_provider_s3ch.triggers.s3_notifications"):
-        asyncio.run(until_warned())
+        # both notifications are in the first receives: a second warning would follow within the second after
+        asyncio.run(_no_event_until(trigger, warned, "another bucket's files", then=1.0))
     said = [m for m in caplog.messages if "names files of another bucket" in m]
     assert len(said) == 1 and f"another bucket than '{bucket}-typo'" in said[0], caplog.messages
 
