@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --constraint $(CONSTRAINTS)
 
-.PHONY: venv demo live test test-airflow unit integration ledger-histories lint bench bench-large bench-peers docs constraints airflow-check clean
+.PHONY: venv demo live test test-airflow unit integration ledger-histories cluster-kills lint bench bench-large bench-peers docs constraints airflow-check clean
 
 venv: $(STAMP)
 
@@ -74,6 +74,15 @@ LEDGER_HISTORIES ?= 500
 ledger-histories: venv
 	S3CH_LEDGER_HISTORIES=$(LEDGER_HISTORIES) S3CH_LEDGER_HISTORIES_REPORT=bench/results/ledger_histories.json \
 	  $(PY) -m pytest -q -p no:cacheprovider -s tests/integration/test_ledger_model.py
+
+## cluster-kills: CLUSTER_KILLS loads into a Distributed table on the local 3-node cluster (150 by default; make test
+## runs 8), each SIGKILLed (the worker, the initiator node or another node) at a random statement and retried; every
+## row once, no staging table left; the counts go to bench/results/cluster_kills.json
+CLUSTER_KILLS ?= 150
+
+cluster-kills: venv
+	S3CH_CLUSTER_KILLS=$(CLUSTER_KILLS) S3CH_CLUSTER_KILLS_REPORT=bench/results/cluster_kills.json \
+	  $(PY) -m pytest -q -p no:cacheprovider -s tests/integration/test_cluster_staging.py
 
 ## lint: ruff (rules in pyproject.toml)
 lint: venv

@@ -80,6 +80,11 @@ def check_steps(steps: LoadSteps, *, strategy: str) -> None:
             "skip_loaded=True cannot run a distributed insert (s3Cluster) yet: the ledger records a load through "
             "a staging table on one node; use strategy='single'"
         )
+    if steps.shards is not None:
+        raise PlanError(
+            f"skip_loaded=True cannot load into the Distributed table {steps.target} yet: the ledger records a load "
+            "through a staging table on one node; load into a local MergeTree table, or load without skip_loaded"
+        )
     if steps.staging is None:
         raise PlanError(
             f"skip_loaded=True needs a staging table, and {steps.target} takes a direct insert ({steps.reason}); "

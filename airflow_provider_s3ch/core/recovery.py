@@ -24,11 +24,12 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, field_validator, model_serializer
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.models import LoadRequest, Mode, TableRef
-from airflow_provider_s3ch.core.server_models import TableInfo
+from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
+from airflow_provider_s3ch.core.shards import DISTRIBUTED_SUFFIX, Shards, shards_of, stageable_shards
 
 #: Staging tables are ``<prefix><stem>`` in the target's database.
 STAGING_PREFIX = "_s3ch_stage_"
@@ -162,6 +163,9 @@ _FILLED_RE = re.compile(
     r"^s3ch staging table of (?P<stem>[0-9a-f]+); filled by (?P<query_id>\S+): (?P<figures>\{.*\})$", re.DOTALL)
 
 
+#: The key of the mark's JSON that carries :attr:`FilledMark.partitions` (beside the insert's figures).
+_PARTITIONS_KEY = "s3ch_partitions"
+
 #: The longest setting value a staging table's mark keeps whole (a long ``log_comment``, a ``structure``).
 MARK_SETTING_CHARS = 1024
 
@@ -182,6 +186,9 @@ class FilledMark(BaseModel):
     stem: str
     query_id: str
     figures: dict[str, Any]
+    #: A load staged on every shard: (partition_id, partition) of every partition the load brought, on any
+    #: shard (a ``replace_partitions`` retry after some shards published still replaces them all).
+    partitions: list[tuple[str, str]] | None = None
 
     def comment(self) -> str:
         """The comment that carries this mark; a setting longer than :data:`MARK_SETTING_CHARS` shortened (a
@@ -189,6 +196,8 @@ class FilledMark(BaseModel):
         figures = dict(self.figures)
         if isinstance(figures.get("settings"), dict):
             figures["settings"] = {name: _shortened(value) for name, value in figures["settings"].items()}
+        if self.partitions is not None:
+            figures[_PARTITIONS_KEY] = [list(p) for p in self.partitions]
         return f"{staging_marker(self.stem)}{_FILLED}{self.query_id}: {json.dumps(figures, sort_keys=True)}"
 
     @property
@@ -208,7 +217,11 @@ class FilledMark(BaseModel):
             figures = json.loads(m.group("figures"))
         except ValueError:
             return None
-        return cls(stem=stem, query_id=m.group("query_id"), figures=figures) if isinstance(figures, dict) else None
+        if not isinstance(figures, dict):
+            return None
+        listed = figures.pop(_PARTITIONS_KEY, None)
+        partitions = [(str(p[0]), str(p[1])) for p in listed if len(p) == 2] if isinstance(listed, list) else None
+        return cls(stem=stem, query_id=m.group("query_id"), figures=figures, partitions=partitions)
 
 
 Finalize = Literal["none", "move", "replace", "exchange"]
@@ -229,6 +242,17 @@ class LoadSteps(BaseModel):
     finalize: Finalize = "none"
     reason: str
     warnings: list[str] = Field(default_factory=list)
+    #: A Distributed target: ``staging`` is the Distributed staging table the insert writes, over a staging
+    #: table on every shard (:mod:`airflow_provider_s3ch.core.shards`); None on one node.
+    shards: Shards | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_shards_on_one_node(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A one-node load's steps serialize as before shards existed (XComs, deferred payloads)."""
+        out = handler(self)
+        if self.shards is None:
+            out.pop("shards", None)
+        return out
 
     @property
     def insert_into(self) -> TableRef:
@@ -238,7 +262,17 @@ class LoadSteps(BaseModel):
     @property
     def stem(self) -> str | None:
         """The query id stem that names the staging table; None without one."""
+        if self.shards is not None:
+            return self.shards.local_staging.name[len(STAGING_PREFIX):]
         return None if self.staging is None else self.staging.name[len(STAGING_PREFIX) :]
+
+    def on_shard(self) -> LoadSteps:
+        """A Distributed load's steps on each shard: the one-node steps from its local staging table into its
+        local table (itself on one node)."""
+        if self.shards is None:
+            return self
+        return self.model_copy(update={"target": self.shards.local_target, "staging": self.shards.local_staging,
+                                       "shards": None})
 
     @property
     def marker(self) -> str | None:
@@ -258,11 +292,12 @@ _REPLACING: dict[str, tuple[Finalize, str]] = {
 }
 
 
-def _stageable(table: TableInfo) -> tuple[bool, str]:
-    """Whether a table can take a staging table of its own structure and its partitions."""
+def _stageable(table: TableInfo, nodes: Sequence[ClusterNode], cluster: str | None) -> tuple[bool, str]:
+    """Whether a table can take a staging table of its own structure and its partitions (a Distributed one: on
+    every shard)."""
     name = f"{table.database}.{table.name}"
     if table.is_distributed:
-        return False, f"{name} is a Distributed table (staging on every shard is not supported yet)"
+        return stageable_shards(table, nodes, cluster)
     if table.is_replicated:
         return False, (
             f"{name} is {table.engine}: a copy with CREATE TABLE … AS would share its replication path "
@@ -273,14 +308,16 @@ def _stageable(table: TableInfo) -> tuple[bool, str]:
     return True, f"{name} is {table.engine}"
 
 
-def plan_steps(mode: str, table: TableInfo, stem: str) -> LoadSteps:
+def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[ClusterNode] = (),
+               cluster: str | None = None) -> LoadSteps:
     """Decide how a load in ``mode`` reaches ``table``.
 
     - ``append``: into a staging table, then each of its partitions is moved into the
       target (``MOVE PARTITION``): a failed try never touches the target, and a retry
       that finds a finished earlier insert resumes the moves. Direct insert when the
-      target cannot be staged (Distributed, Replicated, not a MergeTree) or has
-      materialized views (they fire on INSERT, not on MOVE PARTITION).
+      target cannot be staged (Replicated, not a MergeTree) or has materialized views (they
+      fire on INSERT, not on MOVE PARTITION). A Distributed target over MergeTree tables is
+      staged on every shard (:mod:`airflow_provider_s3ch.core.shards`).
     - ``replace_partitions``: into a staging table, then ``REPLACE PARTITION`` for each
       partition the staging table holds: each partition is swapped atomically; the
       target's other partitions are untouched.
@@ -292,6 +329,8 @@ def plan_steps(mode: str, table: TableInfo, stem: str) -> LoadSteps:
         with ``EXCHANGE TABLES`` (Atomic, Replicated), not ``Ordinary``; materialized views that
         read from it fire on INSERT only.
     :param stem: the task instance's query id stem (names the staging table).
+    :param nodes: the connection's cluster's nodes (a Distributed target's shards).
+    :param cluster: the connection's cluster.
     :raises InvalidRequestError: an unknown mode.
     :raises PlanError: a replace mode on a target that cannot be staged.
     """
@@ -299,7 +338,12 @@ def plan_steps(mode: str, table: TableInfo, stem: str) -> LoadSteps:
         raise InvalidRequestError(f"mode={mode!r} is not a load mode; give one of {', '.join(MODES)}")
     target = TableRef(database=table.database, name=table.name)
     dependent_views, database_engine = table.dependent_views, table.database_engine
-    stageable, why = _stageable(table)
+    stageable, why = _stageable(table, nodes, cluster)
+    staging, shards = staging_table(table, stem), None
+    if table.is_distributed and stageable:
+        shards = shards_of(table, nodes, staging.name)
+        staging = TableRef(database=table.database, name=f"{staging.name}{DISTRIBUTED_SUFFIX}")
+        dependent_views = [*dependent_views, *table.local_dependent_views]
     if mode == "append":
         if not stageable:
             return LoadSteps(
@@ -316,13 +360,10 @@ def plan_steps(mode: str, table: TableInfo, stem: str) -> LoadSteps:
                     "only on INSERT, not on MOVE PARTITION; a failed try may leave the rows it committed"
                 ),
             )
-        return LoadSteps(
-            mode="append",
-            target=target,
-            staging=staging_table(table, stem),
-            finalize="move",
-            reason=f"staging table, then MOVE PARTITION into the target ({why})",
-        )
+        where = "staging tables on every shard, then MOVE PARTITION on each shard" if shards else (
+            "staging table, then MOVE PARTITION into the target")
+        return LoadSteps(mode="append", target=target, staging=staging, finalize="move", reason=f"{where} ({why})",
+                         shards=shards)
     if not stageable:
         raise PlanError(f"mode={mode!r} cannot run: {why}; use mode='append' or target a local MergeTree table")
     warnings = []
@@ -337,13 +378,16 @@ def plan_steps(mode: str, table: TableInfo, stem: str) -> LoadSteps:
             "atomic EXCHANGE TABLES; use an Atomic database, or mode='replace_partitions'"
         )
     finalize, reason = _REPLACING[mode]
+    if shards is not None:
+        reason = f"{reason.replace('staging table', 'staging tables on every shard', 1)}, on each shard ({why})"
     return LoadSteps(
         mode=mode,
         target=target,
-        staging=staging_table(table, stem),
+        staging=staging,
         finalize=finalize,
         reason=reason,
         warnings=warnings,
+        shards=shards,
     )
 
 

@@ -43,6 +43,8 @@ class TableInfo(BaseModel):
     database_engine: str | None = None
     #: Materialized views (and other dependents) that read from the table, ``db.name``.
     dependent_views: list[str] = Field(default_factory=list)
+    #: A Distributed table: the materialized views that read from its local table (on the connection's node).
+    local_dependent_views: list[str] = Field(default_factory=list)
     #: False for a table the load will create (``create_table='if_missing'``): planned, not yet there.
     exists: bool = True
 

@@ -402,6 +402,23 @@ def render_create_staging(staging: TableRef, target: TableRef) -> str:
     return f"CREATE TABLE {render_table(staging)} AS {render_table(target)}"
 
 
+def render_create_distributed_staging(staging: TableRef, target: TableRef, cluster: str, local: TableRef,
+                                      sharding_key: str | None) -> str:
+    """``CREATE TABLE staging AS target ENGINE = Distributed(cluster, db, local[, key])``: a Distributed table of
+    the target's columns over the shards' local staging tables, sharded as the target.
+
+    :param staging: the Distributed staging table.
+    :param target: the Distributed target whose columns it copies.
+    :param cluster: the target's cluster.
+    :param local: the local staging table on every shard.
+    :param sharding_key: the target's sharding key as the server shows it (None: none).
+    """
+    args = [quote_literal(cluster), quote_literal(local.database or ""), quote_literal(local.name)]
+    if sharding_key:
+        args.append(sharding_key)
+    return f"CREATE TABLE {render_table(staging)} AS {render_table(target)} ENGINE = Distributed({', '.join(args)})"
+
+
 def render_drop_table(table: TableRef) -> str:
     """``DROP TABLE IF EXISTS t SYNC``.
 

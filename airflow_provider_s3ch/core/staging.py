@@ -136,6 +136,7 @@ def finalize_statements(
     target_partitions: Sequence[tuple[str, str]] = (),
     mark: FilledMark | None = None,
     rebuild: RebuildSource | None = None,
+    drop: Sequence[str] = (),
 ) -> FinalizePlan:
     """What brings the staging table's rows into the target; idempotent, so a retry can resume it.
 
@@ -155,6 +156,8 @@ def finalize_statements(
         first partition leaves it, unless it carries one already: a retry then knows the insert finished
         without ``system.query_log``.
     :param rebuild: ``replace`` from this rebuilt table instead of the staging table (dropped before it).
+    :param drop: ``replace`` on a shard: the partition ids the load brought on other shards and not on this
+        one, dropped here (their rows on this shard are replaced by none).
     """
     staging, target = _staging(steps), steps.target
     if steps.finalize == "exchange":
@@ -183,12 +186,14 @@ def finalize_statements(
                 for ids, values, drop in _batches(rebuild.present, rebuild.drop)]
         out += [Statement(render_drop_table(rebuild.table), ""), Statement(render_drop_table(staging), "")]
         return FinalizePlan(steps=out, partitions=[value for _, value in rebuild.present])
-    out = _marking(staging, staging_comment, mark) if staging_partitions else []
-    for ids, values, _ in _batches(staging_partitions):
+    drop = list(drop) if steps.finalize == "replace" else []
+    out = _marking(staging, staging_comment, mark) if staging_partitions or drop else []
+    for ids, values, dropped in _batches(staging_partitions, drop):
         if steps.finalize == "move":
             out.append(Statement(render_move_partitions(staging, target, ids), _moved("Moved", values)))
         else:
-            out.append(Statement(render_replace_partitions(target, staging, ids), _moved("Replaced", values)))
+            out.append(Statement(render_replace_partitions(target, staging, ids, dropped),
+                                 _moved("Replaced", values, dropped, "none of their rows is on this shard now")))
     out.append(Statement(render_drop_table(staging), ""))
     return FinalizePlan(steps=out, partitions=[value for _, value in staging_partitions])
 
@@ -233,12 +238,13 @@ def mode_text(mode: str, values: Sequence[str]) -> str:
     return f"{mode} of {named}" if named else mode
 
 
-def _moved(verb: str, values: Sequence[str], dropped: Sequence[str] = ()) -> str:
+def _moved(verb: str, values: Sequence[str], dropped: Sequence[str] = (), why: str = "no file holds their rows now"
+           ) -> str:
     """The log line of one partition ``ALTER``."""
     named = partitions_text(values)
     line = (f"{verb} the table's rows (no partition key)" if named == "no partition key" else f"{verb} {named}"
             ) if values else ""
-    gone = f"dropped partition id{'s' if len(dropped) != 1 else ''} {', '.join(dropped)}: no file holds their rows now"
+    gone = f"dropped partition id{'s' if len(dropped) != 1 else ''} {', '.join(dropped)}: {why}"
     return "; ".join(part for part in (line, gone if dropped else "") if part)
 
 

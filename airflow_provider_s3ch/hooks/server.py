@@ -39,7 +39,6 @@ from airflow_provider_s3ch.core.server_sql import (
     render_cluster_nodes,
     render_partitions,
     render_table_comment,
-    render_table_engine,
     render_table_exists,
 )
 from airflow_provider_s3ch.core.sql import RenderedSQL
@@ -203,21 +202,24 @@ def table_facts(hook: ClickHouseHook, table: TableRef) -> TableInfo:
     info = table_info(database, table.name, *rows[0][:4])
     info.database_engine, info.dependent_views = rows[0][4] or None, list(rows[0][5])
     if info.local_database and info.local_table:
-        local = hook.execute(*render_table_engine(info.local_database, info.local_table))
+        local = hook.execute(TABLE_INFO_SQL, {"d": info.local_database, "t": info.local_table})
         info.local_engine = local[0][0] if local else None
+        info.local_dependent_views = list(local[0][5]) if local else []
     return info
 
 
-def table_comment(hook: ClickHouseHook, table: TableRef) -> str | None:
-    """The table's comment ('' when none); None when the table does not exist."""
-    rows = hook.execute(*render_table_comment(table.database or hook.database, table.name))
+def table_comment(hook: ClickHouseHook, table: TableRef, *, client: Client | None = None) -> str | None:
+    """The table's comment ('' when none); None when the table does not exist (on ``client``'s node: another
+    node of the cluster)."""
+    rows = hook.execute(*render_table_comment(table.database or hook.database, table.name), client=client)
     return str(rows[0][0]) if rows else None
 
 
-def partitions(hook: ClickHouseHook, table: TableRef) -> list[tuple[str, str]]:
+def partitions(hook: ClickHouseHook, table: TableRef, *, client: Client | None = None) -> list[tuple[str, str]]:
     """(partition_id, partition) of the table's active parts that hold rows (a partition moved
-    away leaves an empty active part behind for a while: it is no partition of the data)."""
-    rows = hook.execute(*render_partitions(table.database or hook.database, table.name))
+    away leaves an empty active part behind for a while: it is no partition of the data); on ``client``'s
+    node when given."""
+    rows = hook.execute(*render_partitions(table.database or hook.database, table.name), client=client)
     return [(str(pid), str(value)) for pid, value in rows]
 
 

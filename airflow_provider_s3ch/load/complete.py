@@ -25,6 +25,7 @@ from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.query_log import QueryLog
 from airflow_provider_s3ch.hooks.s3_source import S3Source
 from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_comment
+from airflow_provider_s3ch.load import shards
 from airflow_provider_s3ch.load.insert import run_statements
 from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.load.rebuild import StagingRead, before_finalize
@@ -95,6 +96,8 @@ class Completion:
         """
         hook, staging = self.hook, steps.staging
         assert staging is not None
+        if steps.shards is not None:
+            return shards.finalize(hook, steps, mark, self.log, inserted_now=inserted_now)
         comment = known.comment if known else "" if inserted_now and steps.finalize != "exchange" else table_comment(
             hook, staging)
         target_comment = None if steps.finalize != "exchange" else table_comment(hook, steps.target)

@@ -18,14 +18,16 @@ from airflow_provider_s3ch.core.plan.shrink import step as shrink_step
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
-from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, parseable, render_insert
-from airflow_provider_s3ch.core.staging import Statement, abandon_statements, prepare_statements
+from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, render_insert
+from airflow_provider_s3ch.core.staging import abandon_statements, prepare_statements
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, QueryMemoryLimitError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.http_insert import start_insert_http
 from airflow_provider_s3ch.hooks.query_log import QueryLog, kill_query
 from airflow_provider_s3ch.hooks.server import table_comment
+from airflow_provider_s3ch.load import shards
 from airflow_provider_s3ch.load.report import DeferLoad
+from airflow_provider_s3ch.load.statements import run_statements
 
 #: How long a failed load waits for its query to leave ``system.processes`` before it drops its staging table.
 ABANDON_WAIT_SECONDS = 10.0
@@ -58,15 +60,6 @@ class Fitted(NamedTuple):
 Tag = Callable[[LoadPlan, str], LoadPlan]
 
 
-def run_statements(hook: ClickHouseHook, steps: list[Statement], log: logging.Logger) -> None:
-    """Run the statements the core decided, in order, logging each one's note. Each is sent with the parser's
-    limits it needs (a staging table's mark carries the insert's settings, a long ``log_comment`` included)."""
-    for step in steps:
-        hook.execute(step.sql, settings=parseable({}, len(step.sql.encode()) + 1))
-        if step.note:
-            log.info("%s", step.note)
-
-
 class Inserter:
     """One load's inserts on one connection; knows what runs now, for ``on_kill``.
 
@@ -92,8 +85,11 @@ class Inserter:
 
     # ------------------------------------------------------------------ prepare
     def prepare(self, steps: LoadSteps, query_id: QueryId) -> None:
-        """Make the staging table ready (dropping an earlier try's leftover)."""
-        if steps.staging is not None:
+        """Make the staging table ready (dropping an earlier try's leftover); on every shard for a Distributed
+        target."""
+        if steps.shards is not None:
+            shards.prepare(self.hook, steps, query_id, self.log)
+        elif steps.staging is not None:
             # A first try's staging table cannot be there (the name holds the try's stem): no read to say so.
             comment = table_comment(self.hook, steps.staging) if query_id.try_number > 1 else None
             swapped = comment is not None and steps.finalize == "exchange"  # an earlier try's swap may be unfinished
@@ -116,7 +112,10 @@ class Inserter:
                                      "to the next try, which drops it", query_id, ABANDON_WAIT_SECONDS, steps.staging)
                     return
                 time.sleep(0.1)
-            run_statements(self.hook, abandon_statements(steps), self.log)
+            if steps.shards is not None:
+                shards.abandon(self.hook, steps, self.log)
+            else:
+                run_statements(self.hook, abandon_statements(steps), self.log)
         except Exception as exc:  # noqa: BLE001 - best effort, the load's own error goes on
             self.log.warning("Could not drop staging table %s: %s", steps.staging, exc)
 

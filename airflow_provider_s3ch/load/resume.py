@@ -12,6 +12,7 @@ from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, 
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.server import table_comment
+from airflow_provider_s3ch.load import shards
 from airflow_provider_s3ch.load.insert import Inserter, Running
 from airflow_provider_s3ch.load.report import DeferLoad
 
@@ -72,6 +73,9 @@ class EarlierTries:
         target, after an ``overwrite`` swap) once its insert finished."""
         if steps.staging is None:
             return None
+        if steps.shards is not None:
+            mark = shards.durable_mark(self.hook, steps)
+            return mark if mark is not None and first_try <= mark.try_number < query_id.try_number else None
         mark = FilledMark.read(table_comment(self.hook, steps.staging), steps.stem or "")
         if mark is None and steps.finalize == "exchange":
             mark = FilledMark.read(table_comment(self.hook, steps.target), steps.stem or "")

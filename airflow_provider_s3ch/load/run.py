@@ -233,7 +233,8 @@ class LoadRun:
             facts = target.prepare(listed, self._learned, ahead)
             self._columns = facts.columns
             plan = self._tag(facts.plan, listed.manifest, facts.profile, "plan")
-            steps = plan_steps(self.request.mode, facts.profile.table, query_id.stem)
+            steps = plan_steps(self.request.mode, facts.profile.table, query_id.stem, nodes=facts.profile.nodes,
+                               cluster=facts.profile.cluster)
             if ledger is not None:  # only a load through a staging table
                 ledger.check(steps, plan)
             rendered = render_insert(plan, listed.credentials, target=steps.staging)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -11,10 +13,11 @@ import time
 import types
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.local import LocalStack
 
 SAMPLE_BUCKET = "s3ch-sample"
@@ -196,3 +199,44 @@ def locked_moto(log: Path, region: str, users: dict[str, list[str]],
             proc.wait(timeout=10)
         if proc.poll() is None:
             proc.kill()
+
+
+def _die() -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@contextlib.contextmanager
+def counting(die_at: int | None = None, in_flight_ms: int = 0, act: Callable[[], None] = _die) -> Iterator[list[int]]:
+    """Count the statements the load sends to ClickHouse (not its heartbeat thread's); with ``die_at``, SIGKILL
+    the process just before the ``die_at``-th, or ``in_flight_ms`` after it was sent (the statement in flight,
+    or done by then); ``act`` in place of the SIGKILL does something else there once (kill a node)."""
+    sent, acted, timers = [0], [False], []
+    saved = {name: getattr(ClickHouseHook, name) for name in ("execute", "run_insert")}
+
+    def fire() -> None:
+        if not acted[0]:
+            acted[0] = True
+            act()
+
+    for name, original in saved.items():
+
+        def counted(self: Any, *a: Any, _original: Any = original, **k: Any) -> Any:
+            if threading.current_thread().name.startswith("s3ch-heartbeat"):  # beats at times of their own
+                return _original(self, *a, **k)
+            sent[0] += 1
+            if die_at is not None and sent[0] >= die_at:
+                if not in_flight_ms:
+                    fire()
+                elif not timers:
+                    timers.append(threading.Timer(in_flight_ms / 1000, fire))
+                    timers[0].start()
+            return _original(self, *a, **k)
+
+        setattr(ClickHouseHook, name, counted)
+    try:
+        yield sent
+    finally:
+        for name, original in saved.items():
+            setattr(ClickHouseHook, name, original)
+        for timer in timers:  # what was set off happens before the block is left (a node is killed, then restarted)
+            timer.join()

@@ -23,7 +23,9 @@ What varies from run to run is normalised (:class:`Placeholders`, :func:`stateme
   reasons): half of the server's memory, which chdb-core derives from the machine's available memory of the
   moment; the engine's words after "Query memory limit exceeded"; in the distributed load each node's rows
   and bytes (which node read which file is the engine's choice);
-- order and repeats: polling loops (``SYSTEM FLUSH LOGS`` and ``system.query_log`` reads,
+- order and repeats: a distributed load's statements are kept node by node (its shards' steps run at once,
+  one thread a node), its shards' partition moves once, as ``<its partitions>``; polling loops (``SYSTEM FLUSH
+  LOGS`` and ``system.query_log`` reads,
   ``system.processes`` polls, the trigger's looks) repeat their reads a variable number of times, so
   consecutive repeats of any run of one to three statements are collapsed into one; the deferred insert
   is logged once the server parsed it, so a ``system.processes`` poll may come before or after it; a ledger
@@ -540,8 +542,28 @@ def test_distributed(cluster_stack: LocalStack, cluster_months: SampleDataset) -
     assert xcom["strategy"] == "distributed" and count(cluster_stack, dist) == cluster_months.rows
     for node in xcom["nodes"]:  # which node read which file is the engine's choice
         node.update(dict.fromkeys(("read_rows", "read_bytes", "written_rows", "written_bytes"), VARIES_TEXT))
-    golden("distributed", cluster_stack, {"xcom": xcom, "statements": statements,
+    golden("distributed", cluster_stack, {"xcom": xcom, "statements": per_node(statements),
                                           "table": partitions(cluster_stack, dist)})
+
+
+#: A shard's partition moves: which partitions a node holds is the engine's choice (which node read which file).
+_MOVES = re.compile(r"MOVE PARTITION ID '[^']*' TO TABLE ([^,\s]+)(, MOVE PARTITION ID '[^']*' TO TABLE [^,\s]+)*")
+
+
+def per_node(lines: list[str]) -> dict[str, list[str]]:
+    """A distributed load's statements node by node, each node's in the order it got them: the shards' steps run
+    at once, one thread a node, so the order between nodes is the machine's. A shard moves the partitions it
+    holds, and which it holds (none, on a busy machine) is the engine's choice (which node read which file): its
+    moves are under ``"moves"``, once, as ``<its partitions>``."""
+    out: dict[str, list[str]] = {"moves": []}
+    for line in lines:
+        node, _, statement = line.partition(" ")
+        moves = _MOVES.sub(r"MOVE PARTITION ID <its partitions> TO TABLE \1", statement)
+        if moves != statement:
+            out["moves"] = [moves]
+        else:
+            out.setdefault(node.strip("[]"), []).append(statement)
+    return out
 
 
 # ---------------------------------------------------------------------- a task deferred before an upgrade

@@ -24,13 +24,11 @@ and ``S3CH_LEDGER_HISTORIES_REPORT`` a file the run's counts go to.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import multiprocessing
 import os
 import signal
-import threading
 import time
 import types
 import uuid
@@ -60,10 +58,9 @@ from airflow_provider_s3ch.core.ledger_sql import render_create_ledger
 from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
 from airflow_provider_s3ch.errors import S3chError
-from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from tests.integration.support import fake_context
+from tests.integration.support import counting, fake_context
 
 pytestmark = pytest.mark.integration
 
@@ -171,37 +168,6 @@ class Model:
 
 
 # ---------------------------------------------------------------------- a load killed at a statement
-
-
-def _die() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
-
-
-@contextlib.contextmanager
-def counting(die_at: int | None = None, in_flight_ms: int = 0) -> Iterator[list[int]]:
-    """Count the statements the load sends to ClickHouse (not its heartbeat thread's); with ``die_at``, SIGKILL
-    the process just before the ``die_at``-th, or ``in_flight_ms`` after it was sent (the statement in flight,
-    or done by then)."""
-    sent = [0]
-    saved = {name: getattr(ClickHouseHook, name) for name in ("execute", "run_insert")}
-    for name, original in saved.items():
-
-        def counted(self: Any, *a: Any, _original: Any = original, **k: Any) -> Any:
-            if threading.current_thread().name.startswith("s3ch-heartbeat"):  # beats at times of their own
-                return _original(self, *a, **k)
-            sent[0] += 1
-            if die_at is not None and sent[0] >= die_at:
-                if not in_flight_ms:
-                    _die()
-                threading.Timer(in_flight_ms / 1000, _die).start()
-            return _original(self, *a, **k)
-
-        setattr(ClickHouseHook, name, counted)
-    try:
-        yield sent
-    finally:
-        for name, original in saved.items():
-            setattr(ClickHouseHook, name, original)
 
 
 def context_of(run_id: str, try_number: int, events: list[dict[str, Any]] | None) -> dict[str, Any]:

@@ -1,0 +1,200 @@
+"""A load staged on every shard of a Distributed table, carried out node by node: the staging tables made
+ready, dropped after a failure, their marks read by a retry, and the publish (marked everywhere first, then
+each shard's partitions brought into its local table). The rules and the names are
+:mod:`airflow_provider_s3ch.core.shards`'s; each shard's statements are the one-node ones of
+:mod:`airflow_provider_s3ch.core.staging`, run on that shard's node.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, NamedTuple, TypeVar
+
+from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, is_marker
+from airflow_provider_s3ch.core.shards import Shards
+from airflow_provider_s3ch.core.sql import render_create_distributed_staging, render_drop_table, render_set_comment
+from airflow_provider_s3ch.core.staging import Statement, abandon_statements, finalize_statements, prepare_statements
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.server import partitions, table_comment
+from airflow_provider_s3ch.load.statements import run_statements
+
+if TYPE_CHECKING:
+    from airflow_provider_s3ch.hooks.clickhouse import Client
+
+
+class Shard(NamedTuple):
+    """One shard's node: its address, a client on it, and whether it is the connection's own node (the
+    Distributed staging table's)."""
+
+    address: str
+    client: Client
+    initiator: bool = False
+
+
+def shard_clients(hook: ClickHouseHook, shards: Shards) -> list[Shard]:
+    """A client on one node of each shard."""
+    return [Shard(address, client, node.is_local) for (address, client), node in zip(
+        hook.node_clients(shards.nodes), shards.nodes, strict=True)]
+
+
+def _initiator_is_a_shard(shards: list[Shard]) -> bool:
+    return sum(s.initiator for s in shards) == 1
+
+
+T = TypeVar("T")
+
+
+def on_each(shards: list[Shard], work: Callable[[Shard], T]) -> list[T]:
+    """``work`` on every shard at once (each on its own node's client), the results in the shards' order; the
+    first shard's error once every shard is done (none is left half way by another's error)."""
+    if len(shards) <= 1:
+        return [work(shard) for shard in shards]
+    with ThreadPoolExecutor(len(shards), thread_name_prefix="s3ch-shard") as pool:
+        futures = [pool.submit(work, shard) for shard in shards]
+    return [future.result() for future in futures]
+
+
+def _shards(steps: LoadSteps) -> Shards:
+    assert steps.shards is not None and steps.staging is not None
+    return steps.shards
+
+
+def prepare(hook: ClickHouseHook, steps: LoadSteps, query_id: QueryId, log: logging.Logger) -> None:
+    """Every shard's staging table made ready (an earlier try's leftover dropped), then the Distributed staging
+    table over them on the connection's node."""
+    shards, on_shard = _shards(steps), steps.on_shard()
+    staging = steps.staging
+    assert staging is not None
+    distributed = [Statement(render_drop_table(staging), "")] if query_id.try_number > 1 else []
+    distributed.append(Statement(render_create_distributed_staging(
+        staging, steps.target, shards.cluster, shards.local_staging, shards.sharding_key),
+        f"Created staging table {staging}, Distributed over {shards.local_staging} on {len(shards.nodes)} shards"))
+    clients = shard_clients(hook, shards)
+    alongside = _initiator_is_a_shard(clients)  # on the initiator's own turn (its client is the connection's)
+
+    def ready(shard: Shard) -> None:
+        comment = table_comment(hook, shards.local_staging, client=shard.client) if query_id.try_number > 1 else None
+        swapped = comment is not None and steps.finalize == "exchange"
+        run_statements(hook, prepare_statements(
+            on_shard, staging_exists=comment is not None, staging_comment=comment,
+            target_comment=table_comment(hook, shards.local_target, client=shard.client) if swapped else None),
+            log, client=shard.client, node=shard.address)
+        if alongside and shard.initiator:  # a Distributed table needs no shard's table to be created
+            run_statements(hook, distributed, log)
+
+    on_each(clients, ready)
+    if not alongside:
+        run_statements(hook, distributed, log)
+
+
+def abandon(hook: ClickHouseHook, steps: LoadSteps, log: logging.Logger) -> None:
+    """After a failed insert that no longer runs: every shard's staging table dropped, and the Distributed one
+    (best effort on each: a node that is down keeps its table for the next try, which drops it)."""
+    shards = _shards(steps)
+
+    def drop(shard: Shard) -> None:
+        try:
+            run_statements(hook, abandon_statements(steps.on_shard()), log, client=shard.client, node=shard.address)
+        except Exception as exc:  # noqa: BLE001 - the load's own error goes on
+            log.warning("On %s, could not drop staging table %s: %s", shard.address, shards.local_staging, exc)
+
+    on_each(shard_clients(hook, shards), drop)
+    assert steps.staging is not None
+    run_statements(hook, [Statement(render_drop_table(steps.staging), "")], log)
+
+
+def durable_mark(hook: ClickHouseHook, steps: LoadSteps) -> FilledMark | None:
+    """The mark a finished insert left on any shard's staging table (on its local table, after an ``overwrite``
+    swap there): it is written on every shard before any publishes, so one is enough."""
+    shards, stem = _shards(steps), steps.stem or ""
+    for shard in shard_clients(hook, shards):
+        mark = FilledMark.read(table_comment(hook, shards.local_staging, client=shard.client), stem)
+        if mark is None and steps.finalize == "exchange":
+            mark = FilledMark.read(table_comment(hook, shards.local_target, client=shard.client), stem)
+        if mark is not None:
+            return mark
+    return None
+
+
+class _Standing(NamedTuple):
+    """Where one shard stands before the publish: its staging table's comment (None: gone, published) and
+    partitions; its local table's comment (``overwrite``)."""
+
+    shard: Shard
+    comment: str | None
+    partitions: list[tuple[str, str]]
+    target_comment: str | None
+
+
+def finalize(hook: ClickHouseHook, steps: LoadSteps, mark: FilledMark, log: logging.Logger, *,
+             inserted_now: bool = False) -> list[str]:
+    """Publish a finished insert on every shard; idempotent, so a retry resumes it.
+
+    First every shard's staging table still there is marked filled, the mark naming every partition of the
+    load (from the marks when an earlier try wrote them: some shards may have published since); then each shard
+    publishes its own (``replace``: the load's partitions it holds none of are dropped there), after the
+    Distributed staging table is dropped.
+
+    :param inserted_now: this try's own insert just filled the staging tables: they exist, unmarked (no comment
+        to read; ``overwrite`` reads them).
+    :return: the partitions the load brought in (on any shard).
+    """
+    shards, on_shard = _shards(steps), steps.on_shard()
+
+    def look(shard: Shard) -> _Standing:
+        fresh = inserted_now and steps.finalize != "exchange"
+        comment = "" if fresh else table_comment(hook, shards.local_staging, client=shard.client)
+        parts = partitions(hook, shards.local_staging, client=shard.client) if comment is not None else []
+        target_comment = (table_comment(hook, shards.local_target, client=shard.client)
+                          if steps.finalize == "exchange" else None)
+        return _Standing(shard, comment, parts, target_comment)
+
+    clients = shard_clients(hook, shards)
+    alongside = _initiator_is_a_shard(clients)
+    standing = on_each(clients, look)
+    marks = [m for s in standing for m in (FilledMark.read(s.comment, mark.stem),
+                                            FilledMark.read(s.target_comment, mark.stem)) if m is not None]
+    known = next((m.partitions for m in marks if m.partitions is not None), None)
+    every = known if known is not None else sorted({p for s in standing for p in s.partitions})
+    mark = mark.model_copy(update={"partitions": every})
+
+    # The Distributed staging table served the insert: it goes before any shard publishes, so that the last
+    # statement of a load is a shard's own (its staging table, marked, is then the witness a retry reads).
+    staging = steps.staging
+    assert staging is not None
+    drop_distributed = [Statement(render_drop_table(staging), "")]
+
+    def marked(one: _Standing) -> str | None:
+        """The shard's staging table marked filled, unless it carries the mark (or, swapped, is the old table)."""
+        unswapped = steps.finalize != "exchange" or is_marker(one.comment, steps.marker or "")
+        comment = one.comment
+        if comment is not None and unswapped and FilledMark.read(comment, mark.stem) is None:
+            run_statements(hook, [Statement(render_set_comment(shards.local_staging, mark.comment()), "")], log,
+                           client=one.shard.client, node=one.shard.address)
+            comment = mark.comment()
+        if alongside and one.shard.initiator:
+            run_statements(hook, drop_distributed, log)
+        return comment
+
+    comments = on_each(standing, marked)  # marked everywhere before any shard publishes
+    if not alongside:
+        run_statements(hook, drop_distributed, log)
+
+    def publish(one: _Standing, comment: str | None) -> bool:
+        held = {pid for pid, _ in one.partitions}
+        plan = finalize_statements(
+            on_shard, staging_comment=comment, target_comment=one.target_comment, staging_partitions=one.partitions,
+            target_partitions=partitions(hook, shards.local_target, client=one.shard.client)
+            if steps.finalize == "exchange" else [],
+            mark=mark, drop=[pid for pid, _ in every if pid not in held] if comment is not None else [])
+        run_statements(hook, plan.steps, log, client=one.shard.client, node=one.shard.address)
+        return plan.done_before
+
+    done = sum(on_each([one._replace(comment=c) for one, c in zip(standing, comments, strict=True)],
+                       lambda one: publish(one, one.comment)))
+    if done:
+        log.info("%d of %d shards had published this load already (an earlier try): finished the others", done,
+                 len(standing))
+    return [value for _, value in every]
