@@ -30,6 +30,7 @@ from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.models import LoadRequest, Mode, TableRef
 from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
 from airflow_provider_s3ch.core.shards import DISTRIBUTED_SUFFIX, Shards, shards_of, stageable_shards
+from airflow_provider_s3ch.core.sql import unquote_literal
 
 #: Staging tables are ``<prefix><stem>`` in the target's database.
 STAGING_PREFIX = "_s3ch_stage_"
@@ -163,6 +164,14 @@ _FILLED_RE = re.compile(
     r"^s3ch staging table of (?P<stem>[0-9a-f]+); filled by (?P<query_id>\S+): (?P<figures>\{.*\})$", re.DOTALL)
 
 
+#: What precedes the comment in the statement that writes a mark (:func:`~.sql.render_set_comment`).
+_MODIFY_COMMENT = "MODIFY COMMENT "
+
+def mark_needle(stem: str) -> str:
+    """What every statement that writes a mark of ``stem`` contains (the log's ``query`` text)."""
+    return f"{staging_marker(stem)}{_FILLED}{QUERY_ID_PREFIX}{stem}-try"
+
+
 #: The key of the mark's JSON that carries :attr:`FilledMark.partitions` (beside the insert's figures).
 _PARTITIONS_KEY = "s3ch_partitions"
 
@@ -199,6 +208,14 @@ class FilledMark(BaseModel):
         if self.partitions is not None:
             figures[_PARTITIONS_KEY] = [list(p) for p in self.partitions]
         return f"{staging_marker(self.stem)}{_FILLED}{self.query_id}: {json.dumps(figures, sort_keys=True)}"
+
+    @classmethod
+    def from_statement(cls, statement: str, stem: str) -> FilledMark | None:
+        """The mark an ``ALTER TABLE … MODIFY COMMENT '…'`` statement wrote, as a node's ``system.query_log``
+        keeps it; None when it wrote no mark of ``stem``."""
+        at = statement.find(_MODIFY_COMMENT)
+        literal = unquote_literal(statement[at + len(_MODIFY_COMMENT):].lstrip()) if at >= 0 else None
+        return cls.read(literal[0], stem) if literal is not None else None
 
     @property
     def try_number(self) -> int:

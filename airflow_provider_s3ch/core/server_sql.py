@@ -122,6 +122,14 @@ def render_logged_tries(pattern: str) -> Statement:
     return Statement(_log_rows("match(query_id, %(r)s) AND is_initial_query"), {"r": pattern})
 
 
+def render_logged_marks(needle: str) -> Statement:
+    """The finished ``ALTER`` statements whose text holds ``needle`` (a staging table's mark being written), as
+    ``system.query_log`` keeps them."""
+    return Statement(
+        "SELECT query FROM system.query_log WHERE type = 'QueryFinish' AND query_kind = 'Alter' "
+        "AND event_date >= yesterday() AND position(query, %(n)s) > 0", {"n": needle})
+
+
 def render_entry(query_id: str) -> Statement:
     """The query's ended ``system.query_log`` rows."""
     return Statement(_log_rows("query_id = %(q)s"), {"q": query_id})

@@ -141,6 +141,31 @@ def quote_literal(value: str) -> str:
     return "'" + _escape(value, "'") + "'"
 
 
+def unquote_literal(text: str) -> tuple[str, int] | None:
+    """The string a single-quoted literal at the start of ``text`` stands for (the inverse of
+    :func:`quote_literal`), and the length of the literal; None when ``text`` does not start with a whole one."""
+    unescape = {v[1]: k for k, v in _ESCAPES.items()}
+    if not text.startswith("'"):
+        return None
+    out, i = [], 1
+    while i < len(text):
+        ch = text[i]
+        if ch == "'":
+            return "".join(out), i + 1
+        if ch == "\\" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "x" and i + 3 < len(text):
+                out.append(chr(int(text[i + 2:i + 4], 16)))
+                i += 4
+                continue
+            out.append(unescape.get(nxt, nxt))
+            i += 2
+            continue
+        out.append(ch)
+        i += 1
+    return None
+
+
 def quote_bytes(value: bytes) -> str:
     """Quote bytes as a ClickHouse string literal: printable ASCII as itself (backslash and quote escaped), any
     other byte as a hexadecimal escape."""

@@ -17,13 +17,14 @@ from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay
 from airflow_provider_s3ch.core.deferral import LoggedQuery, Look, RunningQuery
 from airflow_provider_s3ch.core.history import PastLoad, parse_tag
 from airflow_provider_s3ch.core.metrics import QueryLogRow
-from airflow_provider_s3ch.core.recovery import EarlierTry, QueryId
+from airflow_provider_s3ch.core.recovery import EarlierTry, FilledMark, QueryId, mark_needle
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.server_sql import (
     render_entry,
     render_is_listed,
     render_kill_query,
     render_last_entry,
+    render_logged_marks,
     render_logged_tries,
     render_past_loads,
     render_running_queries,
@@ -120,6 +121,21 @@ class QueryLog:
             done = self.hook.rows(QueryLogRow, *logged_sql, client=client)
             out += [EarlierTry.of(str(q), "running", None, address) for (q,) in running]
             out += [EarlierTry.of(r.query_id, "finished" if r.finished else "failed", r.error, address) for r in done]
+        return out
+
+    def logged_marks(self, stem: str, nodes: Sequence[ClusterNode]) -> list[FilledMark]:
+        """The marks of ``stem``'s staging tables that ``system.query_log`` saw written, on each node that answers
+        (after flushing): a mark is written only once the insert finished, so one logged anywhere says so even
+        where the staging tables are gone and the initiator forgot the insert."""
+        out: list[FilledMark] = []
+        for address, client in self.hook.node_clients(nodes):
+            try:
+                flush_logs(self.hook, client=client)
+                rows = self.hook.execute(*render_logged_marks(mark_needle(stem)), client=client)
+            except S3chError as exc:  # a node that is down: the others' logs may say it
+                _log.info("On %s, the marks logged could not be read: %s", address, exc)
+                continue
+            out += [m for (q,) in rows if (m := FilledMark.from_statement(str(q), stem)) is not None]
         return out
 
     def running_queries(self, query_ids: Sequence[str], nodes: Sequence[ClusterNode] = ()) -> list[tuple[Any, ...]]:

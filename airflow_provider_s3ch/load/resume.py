@@ -73,9 +73,10 @@ class EarlierTries:
         target, after an ``overwrite`` swap) once its insert finished."""
         if steps.staging is None:
             return None
-        if steps.shards is not None:
-            mark = shards.durable_mark(self.hook, steps)
-            return mark if mark is not None and first_try <= mark.try_number < query_id.try_number else None
+        if steps.shards is not None:  # on any shard's staging table, else in any shard's log of statements
+            ours = [m for m in [shards.durable_mark(self.hook, steps)] if m is not None] or \
+                self.inserter.queries.logged_marks(steps.stem or "", steps.shards.nodes)
+            return next((m for m in ours if first_try <= m.try_number < query_id.try_number), None)
         mark = FilledMark.read(table_comment(self.hook, steps.staging), steps.stem or "")
         if mark is None and steps.finalize == "exchange":
             mark = FilledMark.read(table_comment(self.hook, steps.target), steps.stem or "")

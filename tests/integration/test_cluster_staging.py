@@ -129,7 +129,7 @@ def _try(kwargs: dict[str, Any], run_id: str, try_number: int) -> dict[str, Any]
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(mode=st.sampled_from(["append", "replace_partitions", "overwrite"]),
        victim=st.sampled_from(["worker", "initiator", "node"]), strategy=st.sampled_from(["distributed", "single"]),
-       die_at=st.integers(1, MOST_STATEMENTS), in_flight_ms=st.sampled_from([0, 0, 30, 150]),
+       die_at=st.integers(1, MOST_STATEMENTS), in_flight_ms=st.sampled_from([0, 0, 5, 30, 150]),
        other=st.sampled_from([1, 2]))
 def test_a_load_killed_at_any_statement_is_finished_by_its_retry_exactly_once(
     cluster_stack: LocalStack, stats: Counter[str], new_files: SampleDataset, old_files: SampleDataset, mode: str,

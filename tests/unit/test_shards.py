@@ -10,10 +10,15 @@ from hypothesis import strategies as st
 from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.ledger_request import check_steps
 from airflow_provider_s3ch.core.models import TableRef
-from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, FilledMark, plan_steps
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, FilledMark, mark_needle, plan_steps
 from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
 from airflow_provider_s3ch.core.shards import DISTRIBUTED_SUFFIX, stageable_shards
-from airflow_provider_s3ch.core.sql import render_create_distributed_staging
+from airflow_provider_s3ch.core.sql import (
+    quote_literal,
+    render_create_distributed_staging,
+    render_set_comment,
+    unquote_literal,
+)
 from airflow_provider_s3ch.core.staging import finalize_statements
 
 STEM = "0123456789abcdef0123"
@@ -107,3 +112,20 @@ def test_a_shard_replaces_what_it_holds_and_drops_the_loads_other_partitions(hel
     moved = finalize_statements(move, staging_comment="", target_comment=None, staging_partitions=[("1", "1")],
                                 drop=["2"])
     assert "DROP PARTITION" not in " ".join(s.sql for s in moved.steps)  # append never drops
+
+
+@given(st.text())
+def test_a_quoted_literal_reads_back(value: str) -> None:
+    text = quote_literal(value)
+    assert unquote_literal(text + " SETTINGS x = 1") == (value, len(text))
+
+
+def test_a_mark_is_read_back_from_the_statement_that_wrote_it() -> None:
+    mark = FilledMark(stem=STEM, query_id=f"s3ch-{STEM}-try1", figures={"written_rows": 3, "note": "it's"},
+                      partitions=[("200807", "200807")])
+    statement = render_set_comment(TableRef(database="ldb", name=f"{STAGING_PREFIX}{STEM}"), mark.comment())
+    assert mark_needle(STEM) in statement
+    assert FilledMark.from_statement(statement, STEM) == mark
+    assert FilledMark.from_statement(statement, "f" * 20) is None  # another load's
+    assert FilledMark.from_statement("ALTER TABLE t MODIFY COMMENT 'no mark'", STEM) is None
+    assert FilledMark.from_statement("ALTER TABLE t MODIFY COMMENT 'unclosed", STEM) is None
