@@ -329,8 +329,12 @@ def test_a_distributed_load_defers_and_the_trigger_follows_it_on_every_node(
         task_id="load", s3_uri=data.s3_uri, table=dist, deferrable=True, poll_interval=0.5, settings=SLOW_SETTINGS,
         clickhouse_conn_id=conn, aws_conn_id="aws_cluster"), fake_context("load"), triggers)
 
-    assert result["strategy"] == "distributed"
+    assert result["strategy"] == "distributed" and result["staging_table"].endswith("_all")  # staged on every shard
     ((trigger,),) = [triggers]  # it deferred once, to follow the insert on the three nodes
+    assert trigger.load is not None and trigger.load["steps"]["shards"]["cluster"] == cluster_stack.cluster
+    for node in cluster_stack.nodes:  # the resumed task published every shard and dropped its staging tables
+        assert not cluster_stack.clickhouse_client(node.index).execute(
+            "SELECT name FROM system.tables WHERE startsWith(name, '_s3ch_stage_')")
     assert trigger.kind == "insert" and len(trigger.nodes) == 3
     # Every shard ran a secondary insert; how many of the twelve files each got is s3Cluster's hand-out of the
     # moment (none, on a busy machine). The shares add up, each in its own node's table.
