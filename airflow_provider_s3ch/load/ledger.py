@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from airflow_provider_s3ch.core import ledger_reads as reads
 from airflow_provider_s3ch.core.freshness import Freshness, Standing, standing
 from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
 from airflow_provider_s3ch.core.ledger import (
@@ -23,15 +24,10 @@ from airflow_provider_s3ch.core.ledger import (
     ChunkStart,
     Selection,
     assign_chunks,
-    changed_warning,
     chunks_of,
     confirm,
-    key_list_pattern,
-    narrow_manifest,
     resume_with_ledger,
     select_files,
-    summary,
-    summary_line,
 )
 from airflow_provider_s3ch.core.ledger_rebuild import EarlierLoads, EarlierRow
 from airflow_provider_s3ch.core.ledger_request import check_steps, ledger_ref, target_name
@@ -224,7 +220,7 @@ class LedgerRun(LooksAgain):
         self._manifest, self.url = manifest, url
         archive_syntax = archive_path_syntax(self.request.settings)
         if files:  # a key the insert cannot name fails the load before anything is claimed
-            key_list_pattern([o.key for o in files], self.request.key_pattern, archive_syntax=archive_syntax)
+            reads.key_list_pattern([o.key for o in files], self.request.key_pattern, archive_syntax=archive_syntax)
         if not dry_run:
             self._record_committed(sel.committed)
             self._record_replaced(sel.superseded)
@@ -268,9 +264,9 @@ class LedgerRun(LooksAgain):
             chunk = self._as_now(chunk)
         if not chunk.files or self._manifest is None:
             return None
-        body, pattern = key_list_pattern([o.key for o in chunk.files], self.request.key_pattern,
+        body, pattern = reads.key_list_pattern([o.key for o in chunk.files], self.request.key_pattern,
                                          archive_syntax=archive_path_syntax(self.request.settings))
-        return ChunkStart(chunk, narrow_manifest(self._manifest, chunk.files, pattern),
+        return ChunkStart(chunk, reads.narrow_manifest(self._manifest, chunk.files, pattern),
                           key_url(self.url, self.request.key_pattern, body))
 
     def _drop(self, files: Sequence[S3Object]) -> None:
@@ -375,7 +371,7 @@ class LedgerRun(LooksAgain):
     # ------------------------------------------------------------------ output
     def summary(self) -> dict[str, Any]:
         """The XCom's ``ledger`` entry."""
-        return summary(self.ledger, self.selection.model_copy(update={"files": self.files}), load_id=self.own,
+        return reads.summary(self.ledger, self.selection.model_copy(update={"files": self.files}), load_id=self.own,
                        lost=self.lost, committed=self.recovered, claim_timeout=self.claim_timeout, gone=self.gone,
                        overwritten=self.overwritten)
 
@@ -393,7 +389,7 @@ class LedgerRun(LooksAgain):
         return report
 
     def _log(self) -> None:
-        self.log.info("Ledger %s: %s", self.ledger, summary_line(self.summary()))
-        if warning := changed_warning(self.selection):
+        self.log.info("Ledger %s: %s", self.ledger, reads.summary_line(self.summary()))
+        if warning := reads.changed_warning(self.selection):
             self.log.warning("Ledger: %s", warning)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 
-from airflow_provider_s3ch.core.ledger import Chunk, Selection, moved_on
+from airflow_provider_s3ch.core.ledger import Chunk, Selection
+from airflow_provider_s3ch.core.ledger_reads import moved_on
 from airflow_provider_s3ch.core.models import LoadRequest, S3Object
 
 

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from typing import NamedTuple, Protocol
 
 from airflow_provider_s3ch.core.glob import archive_path_syntax, key_url
-from airflow_provider_s3ch.core.ledger import Chunk, key_list_pattern
+from airflow_provider_s3ch.core.ledger import Chunk
+from airflow_provider_s3ch.core.ledger_reads import key_list_pattern
 from airflow_provider_s3ch.core.ledger_rebuild import (
     EarlierRow,
     Rebuild,

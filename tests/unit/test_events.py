@@ -192,7 +192,7 @@ def test_files_as_now_take_s3s_version_and_leave_out_the_gone() -> None:
     from datetime import UTC, datetime
 
     from airflow_provider_s3ch.core.events import EventFile, as_now
-    from airflow_provider_s3ch.core.ledger import moved_on
+    from airflow_provider_s3ch.core.ledger_reads import moved_on
     from airflow_provider_s3ch.core.models import S3Object
 
     when = datetime(2026, 1, 1, tzinfo=UTC)

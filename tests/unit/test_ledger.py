@@ -17,14 +17,12 @@ from airflow_provider_s3ch.core.ledger import (
     assign_chunks,
     chunks_of,
     confirm,
-    key_list_pattern,
     loaded_versions,
-    narrow_manifest,
     resume_with_ledger,
     select_files,
     split_chunks,
-    summary,
 )
+from airflow_provider_s3ch.core.ledger_reads import key_list_pattern, narrow_manifest, summary
 from airflow_provider_s3ch.core.ledger_request import LEDGER_NAME, check_request, check_steps, ledger_ref
 from airflow_provider_s3ch.core.ledger_rows import (
     WHOLE_FILE as WHOLE,
