@@ -125,6 +125,16 @@ $(DLT_VENV)/.installed:
 	$(DLT_VENV)/bin/pip install --quiet --disable-pip-version-check "dlt[clickhouse,parquet,s3]" duckdb pandas
 	touch $(DLT_VENV)/.installed
 
+## bench-s3queue: ClickHouse's S3Queue engine beside the provider's continuous ingestion on LocalStack(keeper=True)
+## (Debian's zookeeper package): latency at 26.9's polling defaults and tuned, idle gaps, SIGKILLs of the node,
+## out-of-order keys, re-uploads, a parse error, throughput and S3 requests an hour; the provider's figures read from
+## its result files. Writes bench/results/continuous_compared.{json,md,png}. S3QUEUE_ARGS: more arguments, e.g.
+## make bench-s3queue S3QUEUE_ARGS=--quick (~6 min on 2 cores; the committed results ran cut sizes, in the JSON, in ~14 min)
+S3QUEUE_ARGS ?=
+
+bench-s3queue: venv
+	$(PY) -m bench.s3queue_peer $(S3QUEUE_ARGS)
+
 ## airflow-check: what a user of one Airflow version (AIRFLOW_VERSION=...) sees: the provider listed, the DAGs
 ## through `airflow dags test` (CSV and Parquet, the sensor, a deferrable load), and the demo's load
 airflow-check: venv
