@@ -30,7 +30,6 @@ from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.models import LoadRequest, Mode, TableRef
 from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
 from airflow_provider_s3ch.core.shards import DISTRIBUTED_SUFFIX, Shards, shards_of, stageable_shards
-from airflow_provider_s3ch.core.sql import unquote_literal
 
 #: Staging tables are ``<prefix><stem>`` in the target's database.
 STAGING_PREFIX = "_s3ch_stage_"
@@ -38,6 +37,10 @@ STAGING_PREFIX = "_s3ch_stage_"
 #: The comment an ``overwrite`` staging table carries until it is swapped in; after
 #: ``EXCHANGE TABLES`` the target carries it, which tells a retry the swap happened.
 STAGING_MARKER = "s3ch staging table of "
+
+#: What follows the marker once the insert into the staging table finished: its query id and figures
+#: (:class:`~airflow_provider_s3ch.core.marks.FilledMark`).
+FILLED = "; filled by "
 
 MODES: tuple[str, ...] = get_args(Mode)
 
@@ -155,90 +158,7 @@ def staging_marker(stem: str) -> str:
 
 def is_marker(comment: str | None, marker: str) -> bool:
     """Whether a table's comment is ``marker``, bare or with the mark of a finished insert."""
-    return comment is not None and (comment == marker or comment.startswith(marker + _FILLED))
-
-
-#: What follows the marker once the insert into the staging table finished: its query id and figures.
-_FILLED = "; filled by "
-_FILLED_RE = re.compile(
-    r"^s3ch staging table of (?P<stem>[0-9a-f]+); filled by (?P<query_id>\S+): (?P<figures>\{.*\})$", re.DOTALL)
-
-
-#: What precedes the comment in the statement that writes a mark (:func:`~.sql.render_set_comment`).
-_MODIFY_COMMENT = "MODIFY COMMENT "
-
-def mark_needle(stem: str) -> str:
-    """What every statement that writes a mark of ``stem`` contains (the log's ``query`` text)."""
-    return f"{staging_marker(stem)}{_FILLED}{QUERY_ID_PREFIX}{stem}-try"
-
-
-#: The key of the mark's JSON that carries :attr:`FilledMark.partitions` (beside the insert's figures).
-_PARTITIONS_KEY = "s3ch_partitions"
-
-#: The longest setting value a staging table's mark keeps whole (a long ``log_comment``, a ``structure``).
-MARK_SETTING_CHARS = 1024
-
-
-def _shortened(value: Any) -> Any:
-    text = value if isinstance(value, str) else None
-    if text is None or len(text) <= MARK_SETTING_CHARS:
-        return value
-    return f"{text[:MARK_SETTING_CHARS]}... ({len(text)} characters)"
-
-
-class FilledMark(BaseModel):
-    """The durable witness that an insert into a staging table finished: the staging table's comment (the
-    target's, after an ``overwrite`` swap), written after the insert and before any partition moves. A retry
-    reads it where ``system.query_log`` no longer knows the try (a restarted server, another replica, the
-    log's TTL): it resumes the moves instead of loading again, and reports the figures kept here."""
-
-    stem: str
-    query_id: str
-    figures: dict[str, Any]
-    #: A load staged on every shard: (partition_id, partition) of every partition the load brought, on any
-    #: shard (a ``replace_partitions`` retry after some shards published still replaces them all).
-    partitions: list[tuple[str, str]] | None = None
-
-    def comment(self) -> str:
-        """The comment that carries this mark; a setting longer than :data:`MARK_SETTING_CHARS` shortened (a
-        comment is table metadata, which the server keeps within ``max_query_size``: it refuses a longer one)."""
-        figures = dict(self.figures)
-        if isinstance(figures.get("settings"), dict):
-            figures["settings"] = {name: _shortened(value) for name, value in figures["settings"].items()}
-        if self.partitions is not None:
-            figures[_PARTITIONS_KEY] = [list(p) for p in self.partitions]
-        return f"{staging_marker(self.stem)}{_FILLED}{self.query_id}: {json.dumps(figures, sort_keys=True)}"
-
-    @classmethod
-    def from_statement(cls, statement: str, stem: str) -> FilledMark | None:
-        """The mark an ``ALTER TABLE … MODIFY COMMENT '…'`` statement wrote, as a node's ``system.query_log``
-        keeps it; None when it wrote no mark of ``stem``."""
-        at = statement.find(_MODIFY_COMMENT)
-        literal = unquote_literal(statement[at + len(_MODIFY_COMMENT):].lstrip()) if at >= 0 else None
-        return cls.read(literal[0], stem) if literal is not None else None
-
-    @property
-    def try_number(self) -> int:
-        try:
-            return QueryId.parse(self.query_id).try_number
-        except InvalidRequestError:
-            return 0
-
-    @classmethod
-    def read(cls, comment: str | None, stem: str) -> FilledMark | None:
-        """The mark in ``comment`` when it is one of ``stem``'s; None otherwise."""
-        m = _FILLED_RE.match(comment or "")
-        if not m or m.group("stem") != stem:
-            return None
-        try:
-            figures = json.loads(m.group("figures"))
-        except ValueError:
-            return None
-        if not isinstance(figures, dict):
-            return None
-        listed = figures.pop(_PARTITIONS_KEY, None)
-        partitions = [(str(p[0]), str(p[1])) for p in listed if len(p) == 2] if isinstance(listed, list) else None
-        return cls(stem=stem, query_id=m.group("query_id"), figures=figures, partitions=partitions)
+    return comment is not None and (comment == marker or comment.startswith(marker + FILLED))
 
 
 Finalize = Literal["none", "move", "replace", "exchange"]

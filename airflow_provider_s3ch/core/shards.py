@@ -6,7 +6,7 @@ and on the connection's node a Distributed staging table over them with the targ
 insert into the Distributed staging table (``s3Cluster`` with ``parallel_distributed_insert_select = 2``:
 each node writes its share into its own local staging table; or ``s3()`` through the Distributed staging
 table in the foreground) touches no row of the target. Once it finished, each shard's staging table is
-marked filled (the mark, :class:`~airflow_provider_s3ch.core.recovery.FilledMark`, carries every partition
+marked filled (the mark, :class:`~airflow_provider_s3ch.core.marks.FilledMark`, carries every partition
 the load brought, so that a retry after some shards published still knows them), then each shard publishes
 its own staging table into its local table (``MOVE PARTITION``, ``REPLACE PARTITION``, ``EXCHANGE TABLES``)
 and drops it: the steps of a one-node load, on each shard (:meth:`Shards.on_shard`). A retry finds, shard
@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict
 
 from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
+from airflow_provider_s3ch.core.sql import quote_literal, render_table
 
 #: What the Distributed staging table's name adds to the local staging tables' (both may share a database).
 DISTRIBUTED_SUFFIX = "_all"
@@ -88,3 +89,20 @@ def shards_of(table: TableInfo, nodes: Sequence[ClusterNode], staging_name: str)
         local_staging=TableRef(database=table.local_database, name=staging_name),
         sharding_key=table.sharding_key or None,
     )
+
+
+def render_create_distributed_staging(staging: TableRef, target: TableRef, cluster: str, local: TableRef,
+                                      sharding_key: str | None) -> str:
+    """``CREATE TABLE staging AS target ENGINE = Distributed(cluster, db, local[, key])``: a Distributed table of
+    the target's columns over the shards' local staging tables, sharded as the target.
+
+    :param staging: the Distributed staging table.
+    :param target: the Distributed target whose columns it copies.
+    :param cluster: the target's cluster.
+    :param local: the local staging table on every shard.
+    :param sharding_key: the target's sharding key as the server shows it (None: none).
+    """
+    args = [quote_literal(cluster), quote_literal(local.database or ""), quote_literal(local.name)]
+    if sharding_key:
+        args.append(sharding_key)
+    return f"CREATE TABLE {render_table(staging)} AS {render_table(target)} ENGINE = Distributed({', '.join(args)})"

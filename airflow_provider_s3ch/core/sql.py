@@ -42,7 +42,9 @@ KEY_ID_MIN_LENGTH_TO_SHOW = 12
 #: positional form of ``s3``/``s3Cluster`` needs a structure there, and ``'auto'`` infers it.
 AUTO_STRUCTURE = "auto"
 
-_ESCAPES = {
+#: How :func:`quote_literal` writes the characters it escapes (read back by
+#: :func:`~airflow_provider_s3ch.core.marks.unquote_literal`).
+ESCAPES = {
     "\\": "\\\\",
     "\0": "\\0",
     "\b": "\\b",
@@ -100,8 +102,8 @@ class RenderedSQL(BaseModel):
 def _escape(value: str, quote: str) -> str:
     out: list[str] = []
     for ch in value:
-        if ch in _ESCAPES:
-            out.append(_ESCAPES[ch])
+        if ch in ESCAPES:
+            out.append(ESCAPES[ch])
         elif ch == quote:
             out.append("\\" + quote)
         elif ord(ch) < 0x20 or ord(ch) == 0x7F:
@@ -139,31 +141,6 @@ def quote_literal(value: str) -> str:
     if not isinstance(value, str):
         raise InvalidRequestError(f"{value!r} is not a string")
     return "'" + _escape(value, "'") + "'"
-
-
-def unquote_literal(text: str) -> tuple[str, int] | None:
-    """The string a single-quoted literal at the start of ``text`` stands for (the inverse of
-    :func:`quote_literal`), and the length of the literal; None when ``text`` does not start with a whole one."""
-    unescape = {v[1]: k for k, v in _ESCAPES.items()}
-    if not text.startswith("'"):
-        return None
-    out, i = [], 1
-    while i < len(text):
-        ch = text[i]
-        if ch == "'":
-            return "".join(out), i + 1
-        if ch == "\\" and i + 1 < len(text):
-            nxt = text[i + 1]
-            if nxt == "x" and i + 3 < len(text):
-                out.append(chr(int(text[i + 2:i + 4], 16)))
-                i += 4
-                continue
-            out.append(unescape.get(nxt, nxt))
-            i += 2
-            continue
-        out.append(ch)
-        i += 1
-    return None
 
 
 def quote_bytes(value: bytes) -> str:
@@ -425,23 +402,6 @@ def render_create_staging(staging: TableRef, target: TableRef) -> str:
     :param target: the table whose structure it copies.
     """
     return f"CREATE TABLE {render_table(staging)} AS {render_table(target)}"
-
-
-def render_create_distributed_staging(staging: TableRef, target: TableRef, cluster: str, local: TableRef,
-                                      sharding_key: str | None) -> str:
-    """``CREATE TABLE staging AS target ENGINE = Distributed(cluster, db, local[, key])``: a Distributed table of
-    the target's columns over the shards' local staging tables, sharded as the target.
-
-    :param staging: the Distributed staging table.
-    :param target: the Distributed target whose columns it copies.
-    :param cluster: the target's cluster.
-    :param local: the local staging table on every shard.
-    :param sharding_key: the target's sharding key as the server shows it (None: none).
-    """
-    args = [quote_literal(cluster), quote_literal(local.database or ""), quote_literal(local.name)]
-    if sharding_key:
-        args.append(sharding_key)
-    return f"CREATE TABLE {render_table(staging)} AS {render_table(target)} ENGINE = Distributed({', '.join(args)})"
 
 
 def render_drop_table(table: TableRef) -> str:

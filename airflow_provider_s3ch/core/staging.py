@@ -12,8 +12,9 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, Field
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError
+from airflow_provider_s3ch.core.marks import FilledMark
 from airflow_provider_s3ch.core.models import TableRef
-from airflow_provider_s3ch.core.recovery import STAGING_MARKER, FilledMark, LoadSteps, is_marker
+from airflow_provider_s3ch.core.recovery import STAGING_MARKER, LoadSteps, is_marker
 from airflow_provider_s3ch.core.sql import (
     render_create_staging,
     render_drop_table,

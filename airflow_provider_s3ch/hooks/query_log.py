@@ -16,8 +16,9 @@ from tenacity import RetryCallState, Retrying, retry_if_result, stop_after_delay
 
 from airflow_provider_s3ch.core.deferral import LoggedQuery, Look, RunningQuery
 from airflow_provider_s3ch.core.history import PastLoad, parse_tag
+from airflow_provider_s3ch.core.marks import FilledMark, mark_needle
 from airflow_provider_s3ch.core.metrics import QueryLogRow
-from airflow_provider_s3ch.core.recovery import EarlierTry, FilledMark, QueryId, mark_needle
+from airflow_provider_s3ch.core.recovery import EarlierTry, QueryId
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.server_sql import (
     render_entry,

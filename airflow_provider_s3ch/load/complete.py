@@ -15,9 +15,10 @@ from typing import NamedTuple
 
 from airflow_provider_s3ch.core.ledger import Chunk
 from airflow_provider_s3ch.core.lineage import LoadFacts
+from airflow_provider_s3ch.core.marks import FilledMark
 from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadRequest, Manifest
-from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps
+from airflow_provider_s3ch.core.recovery import LoadSteps
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.staging import finalize_statements, mode_text

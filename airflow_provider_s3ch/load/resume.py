@@ -8,7 +8,8 @@ import time
 from collections.abc import Sequence
 
 from airflow_provider_s3ch.core.deferral import SETTLE_SECONDS
-from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, Resume, decide_resume
+from airflow_provider_s3ch.core.marks import FilledMark
+from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Resume, decide_resume
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.server import table_comment

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
-from airflow_provider_s3ch.core.recovery import FilledMark, LoadSteps, QueryId, is_marker
-from airflow_provider_s3ch.core.shards import Shards
-from airflow_provider_s3ch.core.sql import render_create_distributed_staging, render_drop_table, render_set_comment
+from airflow_provider_s3ch.core.marks import FilledMark
+from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, is_marker
+from airflow_provider_s3ch.core.shards import Shards, render_create_distributed_staging
+from airflow_provider_s3ch.core.sql import render_drop_table, render_set_comment
 from airflow_provider_s3ch.core.staging import Statement, abandon_statements, finalize_statements, prepare_statements
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.server import partitions, table_comment

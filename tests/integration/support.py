@@ -13,6 +13,7 @@ import time
 import types
 import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -240,3 +241,13 @@ def counting(die_at: int | None = None, in_flight_ms: int = 0, act: Callable[[],
             setattr(ClickHouseHook, name, original)
         for timer in timers:  # what was set off happens before the block is left (a node is killed, then restarted)
             timer.join()
+
+
+def report_counts(title: str, counts: Counter[str], report_env: str) -> None:
+    """Print a run's counts after its module, and write them to the file ``report_env`` names (if set)."""
+    data = dict(sorted(counts.items()))
+    print(f"\n{title}: {json.dumps(data, indent=1)}")
+    report = os.environ.get(report_env)
+    if report:
+        with open(report, "w") as out:
+            json.dump(data, out, indent=1)

@@ -21,7 +21,6 @@ runs 150) and ``S3CH_CLUSTER_KILLS_REPORT`` a file the run's counts go to.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import os
 import signal
@@ -38,7 +37,7 @@ from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import POSTS_DDL, SampleDataset, write_posts
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from tests.integration.support import SAMPLE_BUCKET, counting, fake_context
+from tests.integration.support import SAMPLE_BUCKET, counting, fake_context, report_counts
 
 pytestmark = pytest.mark.integration
 
@@ -55,11 +54,7 @@ def stats() -> Iterator[Counter[str]]:
     """The loads' counts, printed (and written to ``S3CH_CLUSTER_KILLS_REPORT``) after the module."""
     STATS.clear()
     yield STATS
-    print(f"\ncluster kills: {json.dumps(dict(sorted(STATS.items())), indent=1)}")
-    report = os.environ.get("S3CH_CLUSTER_KILLS_REPORT")
-    if report:
-        with open(report, "w") as out:
-            json.dump(dict(sorted(STATS.items())), out, indent=1)
+    report_counts("cluster kills", STATS, "S3CH_CLUSTER_KILLS_REPORT")
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,9 @@ from typing import Any
 
 import pytest
 
+from airflow_provider_s3ch.core.marks import FilledMark
 from airflow_provider_s3ch.core.models import TableRef
-from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, FilledMark, QueryId, staging_marker, staging_table
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, QueryId, staging_marker, staging_table
 from airflow_provider_s3ch.core.sql import quote_literal, render_table
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, LoadError
 from airflow_provider_s3ch.local import LocalStack

@@ -25,7 +25,6 @@ and ``S3CH_LEDGER_HISTORIES_REPORT`` a file the run's counts go to.
 from __future__ import annotations
 
 import hashlib
-import json
 import multiprocessing
 import os
 import signal
@@ -60,7 +59,7 @@ from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
 from airflow_provider_s3ch.errors import S3chError
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from tests.integration.support import counting, fake_context
+from tests.integration.support import counting, fake_context, report_counts
 
 pytestmark = pytest.mark.integration
 
@@ -458,11 +457,7 @@ def stats() -> Iterator[Counter[str]]:
     """The histories' counts, printed (and written to ``S3CH_LEDGER_HISTORIES_REPORT``) after the module."""
     STATS.clear()
     yield STATS
-    print(f"\nledger histories: {json.dumps(dict(sorted(STATS.items())), indent=1)}")
-    report = os.environ.get("S3CH_LEDGER_HISTORIES_REPORT")
-    if report:
-        with open(report, "w") as out:
-            json.dump(dict(sorted(STATS.items())), out, indent=1)
+    report_counts("ledger histories", STATS, "S3CH_LEDGER_HISTORIES_REPORT")
 
 
 @pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: "/".join(str(x) for x in o))

@@ -9,12 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
+from airflow_provider_s3ch.core.marks import MARK_SETTING_CHARS, FilledMark
 from airflow_provider_s3ch.core.models import LoadRequest, TableRef
 from airflow_provider_s3ch.core.recovery import (
-    MARK_SETTING_CHARS,
     STAGING_PREFIX,
     EarlierTry,
-    FilledMark,
     LoadSteps,
     QueryId,
     decide_resume,

@@ -9,16 +9,12 @@ from hypothesis import strategies as st
 
 from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.ledger_request import check_steps
+from airflow_provider_s3ch.core.marks import FilledMark, mark_needle, unquote_literal
 from airflow_provider_s3ch.core.models import TableRef
-from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, FilledMark, mark_needle, plan_steps
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX, plan_steps
 from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
-from airflow_provider_s3ch.core.shards import DISTRIBUTED_SUFFIX, stageable_shards
-from airflow_provider_s3ch.core.sql import (
-    quote_literal,
-    render_create_distributed_staging,
-    render_set_comment,
-    unquote_literal,
-)
+from airflow_provider_s3ch.core.shards import DISTRIBUTED_SUFFIX, render_create_distributed_staging, stageable_shards
+from airflow_provider_s3ch.core.sql import quote_literal, render_set_comment
 from airflow_provider_s3ch.core.staging import finalize_statements
 
 STEM = "0123456789abcdef0123"
