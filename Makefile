@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --constraint $(CONSTRAINTS)
 
-.PHONY: venv demo live test test-airflow unit integration ledger-histories cluster-kills lint bench bench-large bench-peers docs constraints airflow-check clean
+.PHONY: venv demo live test test-airflow unit integration ledger-histories ledger-histories-cluster cluster-kills lint bench bench-large bench-peers docs constraints airflow-check clean
 
 venv: $(STAMP)
 
@@ -74,6 +74,15 @@ LEDGER_HISTORIES ?= 500
 ledger-histories: venv
 	S3CH_LEDGER_HISTORIES=$(LEDGER_HISTORIES) S3CH_LEDGER_HISTORIES_REPORT=bench/results/ledger_histories.json \
 	  $(PY) -m pytest -q -p no:cacheprovider -s tests/integration/test_ledger_model.py
+
+## ledger-histories-cluster: the ledger against its model on the local 3-node cluster (a Distributed table, nodes
+## SIGKILLed at random statements) over CLUSTER_HISTORIES histories (120 by default; make test runs 6); the counts go
+## to bench/results/ledger_histories_cluster.json
+CLUSTER_HISTORIES ?= 120
+
+ledger-histories-cluster: venv
+	S3CH_CLUSTER_HISTORIES=$(CLUSTER_HISTORIES) S3CH_CLUSTER_HISTORIES_REPORT=bench/results/ledger_histories_cluster.json \
+	  $(PY) -m pytest -q -p no:cacheprovider -s tests/integration/test_ledger_model_cluster.py
 
 ## cluster-kills: CLUSTER_KILLS loads into a Distributed table on the local 3-node cluster (150 by default; make test
 ## runs 8), each SIGKILLed (the worker, the initiator node or another node) at a random statement and retried; every

@@ -85,6 +85,7 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/integration/test_ledger_chunks.py": "chunked ledger loads killed and resumed, on the servers",
     "tests/integration/test_ledger_histories.py": "ledger histories against ClickHouse's read of S3",
     "tests/integration/test_ledger_model.py": "the ledger against its model, on the servers",
+    "tests/integration/test_ledger_model_cluster.py": "the ledger against its model on three nodes, nodes killed",
     "tests/integration/test_ledger_heartbeat.py": "heartbeats and stale claims on the servers (loads killed)",
     "tests/integration/test_ledger_partitions.py": "replace_partitions with the ledger, on the servers",
     "tests/integration/test_local_cli.py": "s3ch-local's processes (no Airflow)",

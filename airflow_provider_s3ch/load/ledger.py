@@ -46,7 +46,7 @@ from airflow_provider_s3ch.core.ledger_sql import (
 )
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadPlan, LoadRequest, Manifest, S3Object
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, Resume
-from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook, Client
 from airflow_provider_s3ch.load.heartbeat import Heartbeat
 from airflow_provider_s3ch.load.ledger_table import LedgerTable
 from airflow_provider_s3ch.load.ledger_versions import LooksAgain
@@ -61,7 +61,7 @@ class LedgerRun(LooksAgain):
     table's partitions move and ``loaded`` after; give the claims back when the load fails having left
     nothing behind.
 
-    :param hook: the ClickHouse connection (the ledger lives on its node).
+    :param hook: the ClickHouse connection (the ledger lives on its node; on a cluster, the first shard's).
     :param request: the load's request (``skip_loaded``).
     :param query_id: this try's query id; its stem is the load's id in the ledger.
     :param claim_timeout: seconds a claim stays live at most without a query or a staging table of its load.
@@ -75,6 +75,9 @@ class LedgerRun(LooksAgain):
         log: logging.Logger | None = None,
     ) -> None:
         self.hook, self.request, self.query_id = hook, request, query_id
+        #: On a cluster, (address, client, database) of each node whose staging tables (in that database) and
+        #: running queries say whether a load is in flight (docs/distributed.md); set by the load run.
+        self.nodes: list[tuple[str, Client, str]] = []
         self.own = query_id.stem
         self.claim_timeout = float(claim_timeout)
         self.log = log or logging.getLogger(__name__)
@@ -143,6 +146,10 @@ class LedgerRun(LooksAgain):
         sql, params = render_staging_tables(self.ledger if self.table.has_heartbeats else None)
         seen = self.hook.execute(sql, {**params, "d": self.database, "ids": tuple(ids)})
         running = self.hook.execute(render_running_loads())
+        sql, params = render_staging_tables()  # on a cluster: every shard's staging tables, every node's queries
+        for _, client, database in self.nodes:
+            seen += self.hook.execute(sql, {**params, "d": database, "ids": tuple(ids)}, client=client)
+            running += self.hook.execute(render_running_loads(), client=client)
         return activity((str(n) for what, n, _, _ in seen if what == "staging"), (str(q) for (q,) in running), ids,
                         ((str(n), float(age), float(w)) for what, n, age, w in seen if what == "heartbeat"))
 
@@ -319,13 +326,13 @@ class LedgerRun(LooksAgain):
         """Before the staging table's partitions move: the chunk's files are ``pending`` under the insert that
         read them, with the partition ids it wrote (none given: a retry whose staging table is gone keeps the
         recorded ones)."""
-        self.write(chunk.files, "pending", query_id=metrics.query_id, rows=self._rows(metrics, chunk),
-                   partitions=self._partitions(chunk, partitions))
+        self.write(chunk.files, "pending", query_id=metrics.query_id, partitions=self._partitions(chunk, partitions),
+                   rows=metrics.written_rows if len(chunk.files) == 1 else None)
 
     def loaded(self, metrics: LoadMetrics, chunk: Chunk, partitions: Sequence[str]) -> None:
         """After the staging table was dropped: the chunk's files are ``loaded``."""
-        self.write(chunk.files, "loaded", query_id=metrics.query_id, rows=self._rows(metrics, chunk),
-                   partitions=self._partitions(chunk, partitions))
+        self.write(chunk.files, "loaded", query_id=metrics.query_id, partitions=self._partitions(chunk, partitions),
+                   rows=metrics.written_rows if len(chunk.files) == 1 else None)
         keys = {o.key for o in chunk.files}
         self._record_replaced([r for r in self.selection.replaces if r.key in keys])
         if chunk.number == self.chunks[-1].number:
@@ -342,10 +349,6 @@ class LedgerRun(LooksAgain):
         so that no row reads as committed)."""
         self.write(self.files, "released", query_id=str(self.query_id))
         self.holding = False
-
-    @staticmethod
-    def _rows(metrics: LoadMetrics, chunk: Chunk) -> int | None:
-        return metrics.written_rows if len(chunk.files) == 1 else None
 
     def abandon(self) -> None:
         """After a failure: give back this load's claims when nothing of it can still land (no staging table,

@@ -43,6 +43,7 @@ from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.s3 import head_objects
 from airflow_provider_s3ch.hooks.s3_source import S3Source
 from airflow_provider_s3ch.hooks.server import partitions, table_comment
+from airflow_provider_s3ch.load import shards
 from airflow_provider_s3ch.load.ledger import LedgerRun
 
 #: What the rebuild table's name adds to the staging table's (not a hex digit: no unit id ends so).
@@ -202,8 +203,12 @@ def before_finalize(ledger: LedgerRun, chunk: Chunk, metrics: LoadMetrics, plann
     hook, steps, plan, query_id = ledger.hook, planned.steps, planned.plan, ledger.query_id_of(chunk)
     staging = steps.staging
     assert staging is not None
-    comment = "" if inserted_now else table_comment(hook, staging)
-    parts = partitions(hook, staging) if comment is not None else []
+    if steps.shards is not None:  # staged on every shard (append: no rebuild)
+        comment, parts = shards.staged(hook, steps)
+        comment = "" if inserted_now else comment
+    else:
+        comment = "" if inserted_now else table_comment(hook, staging)
+        parts = partitions(hook, staging) if comment is not None else []
     ids = [pid for pid, _ in parts]
     if steps.finalize != "replace" or comment is None:
         ledger.pending(metrics, chunk, ids)

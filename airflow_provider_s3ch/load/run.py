@@ -42,6 +42,7 @@ from airflow_provider_s3ch.errors import BucketError, LoadError, S3AccessDeniedE
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.s3 import head_objects
 from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
+from airflow_provider_s3ch.load import shards
 from airflow_provider_s3ch.load.complete import Inserted, LedgerChunk, lineage_facts, load_report
 from airflow_provider_s3ch.load.freshness import Watch
 from airflow_provider_s3ch.load.insert import Inserter, PlannedInsert
@@ -178,8 +179,15 @@ class LoadRun:
         """A ledger load: the files no load recorded, claimed for this one, in chunks, each its own insert and
         staging table, committed in order (docs/ledger.md); the claims given back when nothing of the load can
         still land."""
-        ledger = self.parts.ledger(this.hook, self.request, this.query_id, claim_timeout=self.options.claim_timeout,
+        hook, nodes = this.hook, []
+        profile = self._ahead.profile if self._ahead is not None else None
+        layout = plan_steps(self.request.mode, profile.table, this.query_id.stem, nodes=profile.nodes,
+                            cluster=profile.cluster).shards if profile is not None else None
+        if layout is not None:  # a Distributed target staged on every shard: the ledger on the first shard's node
+            hook, nodes = shards.ledger_nodes(hook, layout, self.request.table.in_database(hook.database).database)
+        ledger = self.parts.ledger(hook, self.request, this.query_id, claim_timeout=self.options.claim_timeout,
                                    heartbeat=self.options.claim_heartbeat, log=self.log)
+        ledger.nodes = nodes
         bucket = self.request.bucket
         ledger.look = lambda keys: head_objects(this.source.client(), bucket, keys)
         try:

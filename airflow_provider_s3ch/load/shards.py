@@ -7,6 +7,7 @@ each shard's partitions brought into its local table). The rules and the names a
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -199,3 +200,43 @@ def finalize(hook: ClickHouseHook, steps: LoadSteps, mark: FilledMark, log: logg
         log.info("%d of %d shards had published this load already (an earlier try): finished the others", done,
                  len(standing))
     return [value for _, value in every]
+
+
+def ledger_nodes(hook: ClickHouseHook, shards: Shards, database: str
+                 ) -> tuple[ClickHouseHook, list[tuple[str, Client, str]]]:
+    """Where a ledger load into a Distributed table keeps its ledger, and where it looks for loads in flight.
+
+    The ledger is on the first shard's node (lowest ``shard_num``), whichever node the connection names, so that
+    every load of the target sees the same claims; a load is in flight while its staging table is on any shard,
+    or the Distributed one on the connection's node, or its query runs on any node (docs/distributed.md).
+
+    :param database: the Distributed target's database (where the Distributed staging table is).
+    :return: the connection pointed at the ledger's node; (address, client, database) of each node to read.
+    """
+    first = shards.nodes[0]
+    ledger = copy.copy(hook)  # the same credentials and cached clients, on the first shard's node
+    ledger.host, ledger.port, ledger.address = first.host, first.port, first.address
+    nodes = [(address, client, shards.local_staging.database or database)
+             for address, client in hook.node_clients(shards.nodes)]
+    if hook.address != first.address:
+        nodes.append((hook.address, hook.client(), database))
+    return ledger, nodes
+
+
+def staged(hook: ClickHouseHook, steps: LoadSteps) -> tuple[str | None, list[tuple[str, str]]]:
+    """What a ledger load records before the publish: a staging table's comment on some shard (None: no shard
+    keeps one, every shard published) and every partition of the load (a mark's, once one was written, as some
+    shards may have published since; else those of every shard's staging table)."""
+    shards = _shards(steps)
+
+    def look(shard: Shard) -> tuple[str | None, list[tuple[str, str]]]:
+        comment = table_comment(hook, shards.local_staging, client=shard.client)
+        return comment, partitions(hook, shards.local_staging, client=shard.client) if comment is not None else []
+
+    seen = [one for one in on_each(shard_clients(hook, shards), look) if one[0] is not None]
+    marks = [m for c, _ in seen if (m := FilledMark.read(c, steps.stem or "")) is not None and m.partitions is not None]
+    if not seen:
+        return None, []
+    if marks:
+        return seen[0][0], list(marks[0].partitions or [])
+    return seen[0][0], sorted({p for _, parts in seen for p in parts})

@@ -1,8 +1,9 @@
 """Staged loads into a Distributed table on the three-node local cluster, killed at a random statement.
 
 A load into a Distributed table over MergeTree tables writes into a staging table on every shard and publishes
-shard by shard (docs/cluster.md). Here a load (``append``, ``replace_partitions`` or ``overwrite``; ``s3Cluster``
-or through the Distributed table) is cut short just before its n-th statement to ClickHouse by a SIGKILL of:
+shard by shard (docs/distributed.md). Here a load (``append``, ``replace_partitions``, ``overwrite``, or ``append``
+with the ledger, ``skip_loaded=True``; ``s3Cluster`` or through the Distributed table) is cut short just before its
+n-th statement to ClickHouse by a SIGKILL of:
 
 - the worker (the load runs in a process of its own, which is killed);
 - the initiator, the node the connection talks to (node 0), restarted before the retry: its
@@ -15,8 +16,9 @@ retries only a task that failed.
 The retry (try 2, and try 3 where try 2 itself meets a node still starting) must end with every partition of the
 Distributed table equal to ClickHouse's own read of the files (count and ``sum(cityHash64(*))`` over all shards:
 nothing doubled, nothing lost; ``replace_partitions``: the partitions the files do not hold keep their old rows)
-and no staging table on any node. ``S3CH_CLUSTER_KILLS`` sets how many loads (8 by default; ``make cluster-kills``
-runs 150) and ``S3CH_CLUSTER_KILLS_REPORT`` a file the run's counts go to.
+and no staging table on any node; a ledger load also with every file ``loaded`` in the ledger (on node 0, the first
+shard's), no claim left, and a later run that loads nothing. ``S3CH_CLUSTER_KILLS`` sets how many loads (8 by
+default; ``make cluster-kills`` runs 150) and ``S3CH_CLUSTER_KILLS_REPORT`` a file the run's counts go to.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from airflow_provider_s3ch.core.ledger_request import LEDGER_NAME
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import POSTS_DDL, SampleDataset, write_posts
@@ -122,7 +125,7 @@ def _try(kwargs: dict[str, Any], run_id: str, try_number: int) -> dict[str, Any]
 
 @settings(max_examples=KILLS, deadline=None, derandomize=False, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(mode=st.sampled_from(["append", "replace_partitions", "overwrite"]),
+@given(mode=st.sampled_from(["append", "replace_partitions", "overwrite", "skip_loaded"]),
        victim=st.sampled_from(["worker", "initiator", "node"]), strategy=st.sampled_from(["distributed", "single"]),
        die_at=st.integers(1, MOST_STATEMENTS), in_flight_ms=st.sampled_from([0, 0, 5, 30, 150]),
        other=st.sampled_from([1, 2]))
@@ -135,13 +138,15 @@ def test_a_load_killed_at_any_statement_is_finished_by_its_retry_exactly_once(
     dist, _ = stack.create_distributed_table(f"kills_{uuid.uuid4().hex[:8]}", POSTS_DDL.replace("{engine}",
                                                                                                  "MergeTree"))
     old = _read(stack, old_files)
-    if mode != "append":  # the table holds other rows of the same months, spread over the shards
+    if mode in ("replace_partitions", "overwrite"):  # the table holds other rows of the same months
         url = f"{stack.s3_endpoint}/{SAMPLE_BUCKET}/{old_files.s3_uri.split('/', 3)[3]}"
         stack.clickhouse_client(0).execute(
             f"INSERT INTO {dist} SELECT * FROM s3('{url}', '{stack.s3_access_key}', '{stack.s3_secret_key}', "
             "'Parquet') SETTINGS distributed_foreground_insert = 1")
         assert _table(stack, dist) == old
     kwargs = {"s3_uri": new_files.s3_uri, "table": dist, "mode": mode, "strategy": strategy, **CONNS}
+    if mode == "skip_loaded":  # the ledger on the first shard's node: claims, pending, loaded
+        kwargs.update(mode="append", skip_loaded=True, claim_heartbeat=0.5)
     run_id = f"kill-{uuid.uuid4().hex[:8]}"
     what = f"{mode}, {strategy}, {victim} killed " + (
         f"{in_flight_ms} ms after statement {die_at} was sent" if in_flight_ms else f"before statement {die_at}")
@@ -176,4 +181,12 @@ def test_a_load_killed_at_any_statement_is_finished_by_its_retry_exactly_once(
         want = {**old, **want}
     assert _table(stack, dist) == want, f"{what}: the table is not the files' rows once"
     assert _staging_left(stack) == [], f"{what}: staging tables left"
+    if mode == "skip_loaded":
+        rows = stack.clickhouse_client(0).execute(
+            f"SELECT key, toString(state) FROM default.{LEDGER_NAME} FINAL WHERE table = %(t)s", {"t": dist})
+        assert sorted(k for k, state in rows if state == "loaded") == sorted(new_files.keys), f"{what}: {rows}"
+        assert all(state in ("loaded", "released") for _, state in rows), f"{what}: claims left: {rows}"
+        again = _try(kwargs, f"again-{run_id}", 1)  # a later run finds every file loaded
+        assert not isinstance(again, Exception) and again["written_rows"] == 0, f"{what}: {again}"
+        assert _table(stack, dist) == want, f"{what}: a later run loaded again"
     stats["loads that ended exactly once, no staging table left"] += 1
