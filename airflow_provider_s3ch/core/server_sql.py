@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from airflow_provider_s3ch.core.history import HISTORY_DAYS, HISTORY_LOADS, tag_prefix
 from airflow_provider_s3ch.core.metrics import QUERY_LOG_COLUMNS
+from airflow_provider_s3ch.core.models import TableRef
 
 
 class Statement(NamedTuple):
@@ -88,6 +89,17 @@ def render_partitions(database: str, name: str) -> Statement:
         "AND active AND rows > 0 GROUP BY partition_id ORDER BY partition_id",
         {"d": database, "t": name},
     )
+
+
+def render_moved_already(staging: TableRef, target: TableRef) -> Statement:
+    """The partition ids of ``staging`` whose parts ``target`` holds already, by part UUID, in any state (merged
+    away too, while the old parts are kept): a ``MOVE PARTITION`` that the server's crash cut short can leave a
+    moved part in both tables (the target took it, the staging table had not yet let it go)."""
+    return Statement(
+        "SELECT DISTINCT partition_id FROM system.parts WHERE database = %(sd)s AND table = %(st)s AND active "
+        "AND rows > 0 AND uuid != toUUIDOrZero('') AND uuid IN (SELECT uuid FROM system.parts WHERE "
+        "database = %(td)s AND table = %(tt)s)",
+        {"sd": staging.database, "st": staging.name, "td": target.database, "tt": target.name})
 
 
 def lost_create_race(code: int | None, sql: str) -> bool:

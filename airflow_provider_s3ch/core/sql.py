@@ -395,13 +395,15 @@ def scrub(text: str, credentials: S3Credentials | None) -> str:
 # Statements for the staging table that retry-safe modes load into (see staging.py).
 
 
-def render_create_staging(staging: TableRef, target: TableRef) -> str:
+def render_create_staging(staging: TableRef, target: TableRef, *, part_uuids: bool = False) -> str:
     """``CREATE TABLE staging AS target``: same columns, engine, partition key, ORDER BY, settings.
 
     :param staging: the staging table.
     :param target: the table whose structure it copies.
+    :param part_uuids: every part gets a UUID (``assign_part_uuids``), which ``MOVE PARTITION`` keeps.
     """
-    return f"CREATE TABLE {render_table(staging)} AS {render_table(target)}"
+    uuids = " SETTINGS assign_part_uuids = 1" if part_uuids else ""
+    return f"CREATE TABLE {render_table(staging)} AS {render_table(target)}{uuids}"
 
 
 def render_drop_table(table: TableRef) -> str:

@@ -110,7 +110,9 @@ def prepare_statements(
     if staging_exists:  # a table of this name is only ever this task instance's (its stem)
         out.append(Statement(render_drop_table(staging), f"Dropped staging table {staging} left by an earlier try"))
     out.append(
-        Statement(render_create_staging(staging, steps.target), f"Created staging table {staging} AS {steps.target}"))
+        # append: the parts carry UUIDs, so that a retry sees which ones a MOVE cut short by a crash had moved
+        Statement(render_create_staging(staging, steps.target, part_uuids=steps.finalize == "move"),
+                  f"Created staging table {staging} AS {steps.target}"))
     if steps.marker is not None:
         out.append(Statement(render_set_comment(staging, steps.marker), ""))
     return out

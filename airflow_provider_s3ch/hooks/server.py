@@ -37,6 +37,7 @@ from airflow_provider_s3ch.core.server_sql import (
     WORKLOADS_SQL,
     lost_create_race,
     render_cluster_nodes,
+    render_moved_already,
     render_partitions,
     render_table_comment,
     render_table_exists,
@@ -221,6 +222,15 @@ def partitions(hook: ClickHouseHook, table: TableRef, *, client: Client | None =
     node when given."""
     rows = hook.execute(*render_partitions(table.database or hook.database, table.name), client=client)
     return [(str(pid), str(value)) for pid, value in rows]
+
+
+def moved_already(hook: ClickHouseHook, staging: TableRef, target: TableRef, *, client: Client | None = None
+                  ) -> set[str]:
+    """The partition ids of ``staging`` whose parts ``target`` holds already (a ``MOVE PARTITION`` cut short by a
+    crash), on ``client``'s node when given."""
+    database = hook.database
+    staging, target = staging.in_database(database), target.in_database(database)
+    return {str(pid) for (pid,) in hook.execute(*render_moved_already(staging, target), client=client)}
 
 
 def table_columns(hook: ClickHouseHook, table: TableInfo) -> list[Column]:

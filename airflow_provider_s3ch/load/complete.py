@@ -31,6 +31,7 @@ from airflow_provider_s3ch.load.insert import run_statements
 from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.load.rebuild import StagingRead, before_finalize
 from airflow_provider_s3ch.load.report import Loaded, LoadEnd, LoadReport, build_report
+from airflow_provider_s3ch.load.statements import not_moved_yet
 
 
 class Inserted(NamedTuple):
@@ -102,11 +103,14 @@ class Completion:
         comment = known.comment if known else "" if inserted_now and steps.finalize != "exchange" else table_comment(
             hook, staging)
         target_comment = None if steps.finalize != "exchange" else table_comment(hook, steps.target)
+        parts = known.partitions if known else partitions(hook, staging) if comment is not None else []
+        if steps.finalize == "move" and not inserted_now:  # a retry: what a move cut short by a crash left
+            parts = not_moved_yet(hook, (staging, steps.target), list(parts), self.log)
         finalize = finalize_statements(
             steps,
             staging_comment=comment,
             target_comment=target_comment,
-            staging_partitions=known.partitions if known else partitions(hook, staging) if comment is not None else [],
+            staging_partitions=parts,
             target_partitions=partitions(hook, steps.target) if steps.finalize == "exchange" else [],
             mark=mark, rebuild=known.rebuild if known else None,
         )

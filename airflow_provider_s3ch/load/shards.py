@@ -20,7 +20,7 @@ from airflow_provider_s3ch.core.sql import render_drop_table, render_set_comment
 from airflow_provider_s3ch.core.staging import Statement, abandon_statements, finalize_statements, prepare_statements
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.server import partitions, table_comment
-from airflow_provider_s3ch.load.statements import run_statements
+from airflow_provider_s3ch.load.statements import not_moved_yet, run_statements
 
 if TYPE_CHECKING:
     from airflow_provider_s3ch.hooks.clickhouse import Client
@@ -186,8 +186,12 @@ def finalize(hook: ClickHouseHook, steps: LoadSteps, mark: FilledMark, log: logg
 
     def publish(one: _Standing, comment: str | None) -> bool:
         held = {pid for pid, _ in one.partitions}
+        parts = one.partitions
+        if steps.finalize == "move" and not inserted_now:  # a retry: what a move cut short by a crash left
+            parts = not_moved_yet(hook, (shards.local_staging, shards.local_target), parts, log,
+                                  client=one.shard.client, node=one.shard.address)
         plan = finalize_statements(
-            on_shard, staging_comment=comment, target_comment=one.target_comment, staging_partitions=one.partitions,
+            on_shard, staging_comment=comment, target_comment=one.target_comment, staging_partitions=parts,
             target_partitions=partitions(hook, shards.local_target, client=one.shard.client)
             if steps.finalize == "exchange" else [],
             mark=mark, drop=[pid for pid, _ in every if pid not in held] if comment is not None else [])

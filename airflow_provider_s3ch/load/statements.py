@@ -5,9 +5,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.sql import parseable
 from airflow_provider_s3ch.core.staging import Statement
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.server import moved_already
 
 if TYPE_CHECKING:
     from airflow_provider_s3ch.hooks.clickhouse import Client
@@ -24,3 +26,22 @@ def run_statements(hook: ClickHouseHook, steps: list[Statement], log: logging.Lo
         hook.execute(step.sql, settings=parseable({}, len(step.sql.encode()) + 1), client=client)
         if step.note:
             log.info("%s%s", f"On {node}: " if node else "", step.note)
+
+
+def not_moved_yet(hook: ClickHouseHook, tables: tuple[TableRef, TableRef], parts: list[tuple[str, str]],
+                  log: logging.Logger, *, client: Client | None = None, node: str = "") -> list[tuple[str, str]]:
+    """An append's retry: the staging table's partitions less those the target holds already. A ``MOVE
+    PARTITION`` that a crash of the server cut short can leave a moved part in both tables (the target took it,
+    the staging table had not let it go yet); its UUID, which the move keeps, says so, and moving it again would
+    double its rows. Those partitions are left in the staging table, which is dropped.
+
+    :param tables: the staging table and the table its partitions move to.
+    """
+    if not parts:
+        return parts
+    staging, target = tables
+    already = moved_already(hook, staging, target, client=client)
+    if already:
+        log.warning("%sPartition(s) %s of %s are in %s already (a move cut short by a crash of the server): not "
+                    "moved again", f"On {node}: " if node else "", ", ".join(sorted(already)), staging, target)
+    return [p for p in parts if p[0] not in already]

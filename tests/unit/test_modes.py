@@ -218,7 +218,10 @@ def _steps(mode: str) -> LoadSteps:
 def test_prepare_creates_the_staging_table_and_marks_it_for_overwrite() -> None:
     stage = f"`db`.`{STAGING_PREFIX}{STEM}`"
     sql = [s.sql for s in prepare_statements(_steps("append"), staging_exists=False)]
-    assert sql == [f"CREATE TABLE {stage} AS `db`.`posts`"]  # none there: nothing to drop
+    # none there: nothing to drop; an append's parts carry UUIDs (a retry sees what a move cut short had moved)
+    assert sql == [f"CREATE TABLE {stage} AS `db`.`posts` SETTINGS assign_part_uuids = 1"]
+    replace = [s.sql for s in prepare_statements(_steps("replace_partitions"), staging_exists=False)]
+    assert replace == [f"CREATE TABLE {stage} AS `db`.`posts`"]
     steps = prepare_statements(_steps("overwrite"), staging_exists=True)
     assert steps[0].sql == f"DROP TABLE IF EXISTS {stage} SYNC" and "left by an earlier try" in steps[0].note
     assert steps[-1].sql == f"ALTER TABLE {stage} MODIFY COMMENT '{staging_marker(STEM)}'"
