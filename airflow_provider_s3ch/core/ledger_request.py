@@ -70,16 +70,14 @@ def target_name(request: LoadRequest, default_database: str) -> str:
 
 
 def check_steps(steps: LoadSteps, *, strategy: str) -> None:
-    """Refuse a load the ledger cannot make exactly-once: one that does not go through a staging table, and a
-    ``replace_partitions`` load into a Distributed table (its partition rebuild is made on one node).
+    """Refuse a load the ledger cannot make exactly-once: one that does not go through a staging table.
 
     A distributed insert (``s3Cluster``) into a staging table, and a load into a Distributed table staged on
-    every shard, are recorded as one load: claimed before the insert, ``pending`` once every shard's staging
-    table is marked, ``loaded`` once every shard published (docs/distributed.md).
+    every shard, are recorded as one load: claimed before the insert, ``pending`` once the insert finished,
+    ``loaded`` once every shard published (docs/distributed.md).
 
     :raises PlanError: a direct insert (a target that is not a MergeTree table or a Distributed table over
-        MergeTree tables, or one that materialized views read from), or ``replace_partitions`` on a Distributed
-        table.
+        MergeTree tables, or one that materialized views read from).
     """
     if steps.staging is None:
         how = " through a distributed insert" if strategy == "distributed" else ""
@@ -87,10 +85,4 @@ def check_steps(steps: LoadSteps, *, strategy: str) -> None:
             f"skip_loaded=True needs a staging table, and {steps.target} takes a direct insert{how} ({steps.reason}); "
             "load into a MergeTree table (or a Distributed table over MergeTree tables) without materialized "
             "views, or load without skip_loaded"
-        )
-    if steps.shards is not None and steps.finalize == "replace":
-        raise PlanError(
-            f"skip_loaded=True cannot run with mode='replace_partitions' into the Distributed table {steps.target} "
-            "yet: the partitions that hold earlier files' rows are rebuilt on one node; use mode='append' with "
-            "skip_loaded, or replace_partitions without skip_loaded (docs/distributed.md)"
         )

@@ -102,6 +102,12 @@ def render_moved_already(staging: TableRef, target: TableRef) -> Statement:
         {"sd": staging.database, "st": staging.name, "td": target.database, "tt": target.name})
 
 
+def render_staged_figures(database: str, name: str) -> Statement:
+    """The rows and uncompressed bytes of the table's active parts."""
+    return Statement("SELECT sum(rows), sum(data_uncompressed_bytes) FROM system.parts WHERE database = %(d)s "
+                     "AND table = %(t)s AND active", {"d": database, "t": name})
+
+
 def lost_create_race(code: int | None, sql: str) -> bool:
     """Whether a DDL statement failed only because another creator made its table first: a ``CREATE TABLE IF
     NOT EXISTS`` the server still answered with ``TABLE_ALREADY_EXISTS`` (the table is there: nothing failed)."""

@@ -80,6 +80,15 @@ class RebuildSource(BaseModel):
     drop: list[str] = Field(default_factory=list)
 
 
+#: What the rebuild table's name adds to the staging table's (not a hex digit: no unit id ends so).
+REBUILD_SUFFIX = "r"
+
+
+def rebuild_table(staging: TableRef) -> TableRef:
+    """The second staging table of a ``replace_partitions`` load's rebuild (``load/rebuild.py``)."""
+    return staging.model_copy(update={"name": staging.name + REBUILD_SUFFIX})
+
+
 def _own_comment(old_comment: str | None) -> str:
     """The comment to put back on an ``overwrite`` target: the old table's, unless that is a staging marker."""
     return "" if (old_comment or "").startswith(STAGING_MARKER) else (old_comment or "")

@@ -39,6 +39,7 @@ from airflow_provider_s3ch.core.server_sql import (
     render_cluster_nodes,
     render_moved_already,
     render_partitions,
+    render_staged_figures,
     render_table_comment,
     render_table_exists,
 )
@@ -231,6 +232,12 @@ def moved_already(hook: ClickHouseHook, staging: TableRef, target: TableRef, *, 
     database = hook.database
     staging, target = staging.in_database(database), target.in_database(database)
     return {str(pid) for (pid,) in hook.execute(*render_moved_already(staging, target), client=client)}
+
+
+def staged_figures(hook: ClickHouseHook, table: TableRef, *, client: Client | None = None) -> tuple[int, int]:
+    """(rows, uncompressed bytes) of the table's active parts, on ``client``'s node when given."""
+    ((rows, size),) = hook.execute(*render_staged_figures(table.database or hook.database, table.name), client=client)
+    return int(rows or 0), int(size or 0)
 
 
 def table_columns(hook: ClickHouseHook, table: TableInfo) -> list[Column]:

@@ -22,10 +22,11 @@ from airflow_provider_s3ch.core.recovery import LoadSteps
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.staging import finalize_statements, mode_text
+from airflow_provider_s3ch.errors import LoadError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.query_log import QueryLog
 from airflow_provider_s3ch.hooks.s3_source import S3Source
-from airflow_provider_s3ch.hooks.server import partitions, table_columns, table_comment
+from airflow_provider_s3ch.hooks.server import partitions, staged_figures, table_columns, table_comment
 from airflow_provider_s3ch.load import shards
 from airflow_provider_s3ch.load.insert import run_statements
 from airflow_provider_s3ch.load.ledger import LedgerRun
@@ -72,9 +73,15 @@ class Completion:
         the staging table brought into the target (the ledger's marks around it)."""
         if metrics is None:
             queries, fan_out = self.queries, inserted.fan_out
-            entry = queries.entry(inserted.query_id, fan_out)
-            metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
-                                   distributed=inserted.distributed, target_distributed=one.target.is_distributed)
+            try:
+                entry = queries.entry(inserted.query_id, fan_out)
+            except LoadError:
+                if inserted.inserted_now or ledger is None:
+                    raise
+                metrics = self._unlogged(one, inserted.query_id)
+            else:
+                metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
+                                       distributed=inserted.distributed, target_distributed=one.target.is_distributed)
         known: StagingRead | None = None
         if ledger is not None:  # pending first (replace_partitions: rebuilt, docs/ledger.md)
             known = before_finalize(ledger.ledger, ledger.chunk, metrics, one, inserted_now=inserted.inserted_now,
@@ -86,6 +93,19 @@ class Completion:
         if ledger is not None and known is not None:  # the partitions are in the target
             ledger.ledger.loaded(metrics, ledger.chunk, [pid for pid, _ in known.partitions])
         return one.done(metrics, moved, rebuilt=known.rebuilt if known is not None else None, published=published)
+
+    def _unlogged(self, one: Loaded, query_id: str) -> LoadMetrics:
+        """The figures of an earlier try's insert that the ledger says finished, that ``system.query_log`` lost (a
+        restarted server) and whose staging tables carry no mark yet (none published): their parts' rows."""
+        steps, hook = one.steps, self.hook
+        tables = ([(steps.shards.local_staging, client) for _, client in hook.node_clients(steps.shards.nodes)]
+                  if steps.shards is not None else [(steps.staging, None)])
+        figures = [staged_figures(hook, table, client=client) for table, client in tables if table is not None]
+        self.log.warning("Insert %s is not in system.query_log any more (a restarted server): its figures are its "
+                         "staging tables' rows", query_id)
+        return LoadMetrics(query_id=query_id, written_rows=sum(r for r, _ in figures),
+                           written_bytes=sum(b for _, b in figures), read_rows=0, read_bytes=0, duration_ms=0,
+                           memory_usage=0)
 
     def finalize(self, steps: LoadSteps, *, inserted_now: bool, mark: FilledMark,
                  known: StagingRead | None = None) -> list[str]:
@@ -99,7 +119,8 @@ class Completion:
         hook, staging = self.hook, steps.staging
         assert staging is not None
         if steps.shards is not None:
-            return shards.finalize(hook, steps, mark, self.log, inserted_now=inserted_now)
+            return shards.finalize(hook, steps, mark, self.log, inserted_now=inserted_now,
+                                   rebuilt=known.sources if known is not None else None)
         comment = known.comment if known else "" if inserted_now and steps.finalize != "exchange" else table_comment(
             hook, staging)
         target_comment = None if steps.finalize != "exchange" else table_comment(hook, steps.target)

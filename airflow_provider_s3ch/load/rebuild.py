@@ -37,7 +37,7 @@ from airflow_provider_s3ch.core.sql import (
     render_drop_table,
     render_insert,
 )
-from airflow_provider_s3ch.core.staging import RebuildSource
+from airflow_provider_s3ch.core.staging import RebuildSource, rebuild_table
 from airflow_provider_s3ch.errors import LoadError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.s3 import head_objects
@@ -45,9 +45,6 @@ from airflow_provider_s3ch.hooks.s3_source import S3Source
 from airflow_provider_s3ch.hooks.server import partitions, table_comment
 from airflow_provider_s3ch.load import shards
 from airflow_provider_s3ch.load.ledger import LedgerRun
-
-#: What the rebuild table's name adds to the staging table's (not a hex digit: no unit id ends so).
-REBUILD_SUFFIX = "r"
 
 
 class Planned(Protocol):
@@ -71,11 +68,8 @@ class StagingRead(NamedTuple):
     rebuild: RebuildSource | None = None
     #: ``replace_partitions``: each partition replaced and the files it was rebuilt from (None: another mode).
     rebuilt: list[RebuiltPartition] | None = None
-
-
-def rebuild_table(staging: TableRef) -> TableRef:
-    """The second staging table of a rebuild."""
-    return staging.model_copy(update={"name": staging.name + REBUILD_SUFFIX})
+    #: On a Distributed table: each shard's rebuild table to replace from, by node (None: no rebuild).
+    sources: dict[str, RebuildSource] | None = None
 
 
 class PartitionRebuild:
@@ -154,13 +148,7 @@ class PartitionRebuild:
         try:
             self.hook.execute(render_drop_table(table))
             self.hook.execute(render_create_staging(table, steps.target))
-            if rebuild.files:
-                request = self.ledger.request
-                body = key_list_pattern([o.key for o in rebuild.files], request.key_pattern,
-                                        archive_syntax=archive_path_syntax(request.settings))[0]
-                url = key_url(self.ledger.url, request.key_pattern, body)
-                rendered = render_insert(plan.model_copy(update={"source_url": url}), self.credentials, target=table)
-                self.hook.run_insert(rendered.sql, query_id=f"s3ch.rebuild-{query_id}", settings=rendered.settings)
+            self.fill(rebuild, plan, query_id, table)
             for pid in rebuild.partitions:
                 self.hook.execute(render_attach_partition(table, staging, pid))
             present = [(pid, value) for pid, value in partitions(self.hook, table) if pid in set(rebuild.partitions)]
@@ -172,12 +160,26 @@ class PartitionRebuild:
                       ", ".join(v for _, v in present) or "(none)", table, len(rebuild.files))
         return RebuildSource(table=table, present=present, drop=[p for p in rebuild.partitions if p not in ids])
 
+    def fill(self, rebuild: Rebuild, plan: LoadPlan, query_id: QueryId, table: TableRef) -> None:
+        """The earlier files inserted into ``table`` (the rebuild table, or a Distributed one over the shards')."""
+        if rebuild.files:
+            request = self.ledger.request
+            body = key_list_pattern([o.key for o in rebuild.files], request.key_pattern,
+                                    archive_syntax=archive_path_syntax(request.settings))[0]
+            url = key_url(self.ledger.url, request.key_pattern, body)
+            rendered = render_insert(plan.model_copy(update={"source_url": url}), self.credentials, target=table)
+            self.hook.run_insert(rendered.sql, query_id=f"s3ch.rebuild-{query_id}", settings=rendered.settings)
+
     def refuse(self, steps: LoadSteps, error: RebuildRefused) -> None:
         """A rebuild that cannot be made: the files given up and the staging tables dropped, the target as it
         was; the refusal raised."""
         staging = steps.staging
         assert staging is not None
         self.ledger.give_up()
+        if steps.shards is not None:  # every shard's staging and rebuild tables
+            shards.drop_rebuild(self.hook, steps, self.log)
+            shards.abandon(self.hook, steps, self.log)
+            raise error
         self.drop(rebuild_table(staging))
         self.drop(staging)
         raise error
@@ -220,6 +222,11 @@ def before_finalize(ledger: LedgerRun, chunk: Chunk, metrics: LoadMetrics, plann
         runner.refuse(steps, exc)
     ledger.pending(metrics, chunk, ids)
     runner.yield_to_earlier(rebuild)
+    if steps.shards is not None:  # a rebuild table on every shard, filled once (docs/distributed.md)
+        sources = shards.rebuild(hook, steps, rebuild.partitions, lambda table: runner.fill(
+            rebuild, plan, query_id, table), ledger.log) if rebuild.needed else None
+        present = sorted({pid for one in sources.values() for pid, _ in one.present}) if sources else ids
+        return StagingRead(comment, parts, None, runner.report(rebuild, present), sources)
     source_table = runner.build(rebuild, plan, steps, query_id) if rebuild.needed else None
     present = [pid for pid, _ in source_table.present] if source_table is not None else ids
     return StagingRead(comment, parts, source_table, runner.report(rebuild, present))

@@ -14,10 +14,23 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
 from airflow_provider_s3ch.core.marks import FilledMark
+from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId, is_marker
 from airflow_provider_s3ch.core.shards import Shards, render_create_distributed_staging
-from airflow_provider_s3ch.core.sql import render_drop_table, render_set_comment
-from airflow_provider_s3ch.core.staging import Statement, abandon_statements, finalize_statements, prepare_statements
+from airflow_provider_s3ch.core.sql import (
+    render_attach_partition,
+    render_create_staging,
+    render_drop_table,
+    render_set_comment,
+)
+from airflow_provider_s3ch.core.staging import (
+    RebuildSource,
+    Statement,
+    abandon_statements,
+    finalize_statements,
+    prepare_statements,
+    rebuild_table,
+)
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.server import partitions, table_comment
 from airflow_provider_s3ch.load.statements import not_moved_yet, run_statements
@@ -131,7 +144,7 @@ class _Standing(NamedTuple):
 
 
 def finalize(hook: ClickHouseHook, steps: LoadSteps, mark: FilledMark, log: logging.Logger, *,
-             inserted_now: bool = False) -> list[str]:
+             inserted_now: bool = False, rebuilt: dict[str, RebuildSource] | None = None) -> list[str]:
     """Publish a finished insert on every shard; idempotent, so a retry resumes it.
 
     First every shard's staging table still there is marked filled, the mark naming every partition of the
@@ -141,6 +154,8 @@ def finalize(hook: ClickHouseHook, steps: LoadSteps, mark: FilledMark, log: logg
 
     :param inserted_now: this try's own insert just filled the staging tables: they exist, unmarked (no comment
         to read; ``overwrite`` reads them).
+    :param rebuilt: ``replace_partitions`` with the ledger: each shard's rebuild table to replace from, by node
+        (:func:`rebuild`).
     :return: the partitions the load brought in (on any shard).
     """
     shards, on_shard = _shards(steps), steps.on_shard()
@@ -194,7 +209,8 @@ def finalize(hook: ClickHouseHook, steps: LoadSteps, mark: FilledMark, log: logg
             on_shard, staging_comment=comment, target_comment=one.target_comment, staging_partitions=parts,
             target_partitions=partitions(hook, shards.local_target, client=one.shard.client)
             if steps.finalize == "exchange" else [],
-            mark=mark, drop=[pid for pid, _ in every if pid not in held] if comment is not None else [])
+            mark=mark, drop=[pid for pid, _ in every if pid not in held] if comment is not None else [],
+            rebuild=rebuilt.get(one.shard.address) if rebuilt is not None else None)
         run_statements(hook, plan.steps, log, client=one.shard.client, node=one.shard.address)
         return plan.done_before
 
@@ -244,3 +260,69 @@ def staged(hook: ClickHouseHook, steps: LoadSteps) -> tuple[str | None, list[tup
     if marks:
         return seen[0][0], list(marks[0].partitions or [])
     return seen[0][0], sorted({p for _, parts in seen for p in parts})
+
+
+def rebuild(hook: ClickHouseHook, steps: LoadSteps, touched: list[str], fill: Callable[[TableRef], None],
+            log: logging.Logger) -> dict[str, RebuildSource]:
+    """``replace_partitions`` with the ledger on a Distributed table: a rebuild table on every shard (``AS`` its
+    local table) filled once, by ``fill`` (the earlier files' insert) through a Distributed rebuild table over
+    them, and given each shard's new partitions from its staging table; what each shard replaces from, by node.
+
+    Filled once: the earlier files' rows spread over the shards as the sharding key (``rand()``) puts them, and a
+    second fill would put them elsewhere. So once the publish began (a shard's staging table marked, or gone:
+    every shard is marked before any publishes), the rebuild tables left are replaced from as they are, and a
+    shard whose rebuild table is gone has replaced its partitions already. Before that, a retry fills them anew.
+
+    :param touched: the partition ids the rebuild replaces (the new files' and the earlier files' that share them).
+    :param fill: inserts the earlier files into the given (Distributed) table.
+    """
+    shards, stem = _shards(steps), steps.stem or ""
+    local, distributed = rebuild_table(shards.local_staging), rebuild_table(steps.staging or shards.local_staging)
+    clients = shard_clients(hook, shards)
+    seen = on_each(clients, lambda s: table_comment(hook, shards.local_staging, client=s.client))
+    began = any(c is None or FilledMark.read(c, stem) is not None for c in seen)
+    if not began:
+        try:
+            on_each(clients, lambda s: run_statements(hook, [Statement(render_drop_table(local), ""), Statement(
+                render_create_staging(local, shards.local_target), "")], log, client=s.client, node=s.address))
+            run_statements(hook, [Statement(render_drop_table(distributed), ""), Statement(
+                render_create_distributed_staging(distributed, steps.target, shards.cluster, local,
+                                                  shards.sharding_key), "")], log)
+            fill(distributed)
+            run_statements(hook, [Statement(render_drop_table(distributed), "")], log)
+
+            def attach(shard: Shard) -> None:
+                own = [pid for pid, _ in partitions(hook, shards.local_staging, client=shard.client)]
+                run_statements(hook, [Statement(render_attach_partition(local, shards.local_staging, pid), "")
+                                      for pid in own if pid in touched], log, client=shard.client, node=shard.address)
+
+            on_each(clients, attach)
+        except BaseException:
+            drop_rebuild(hook, steps, log)
+            raise
+
+    def source(shard: Shard) -> RebuildSource:
+        exists = table_comment(hook, local, client=shard.client) is not None
+        present = [(pid, value) for pid, value in partitions(hook, local, client=shard.client)
+                   if pid in touched] if exists else []
+        held = {pid for pid, _ in present}
+        return RebuildSource(table=local, present=present, drop=[p for p in touched if p not in held] if exists else [])
+
+    sources = on_each(clients, source)
+    log.info("Rebuilt partition(s) %s on %d shards", ", ".join(touched), len(clients))
+    return {shard.address: one for shard, one in zip(clients, sources, strict=True)}
+
+
+def drop_rebuild(hook: ClickHouseHook, steps: LoadSteps, log: logging.Logger) -> None:
+    """Every shard's rebuild table dropped, and the Distributed one (best effort)."""
+    shards = _shards(steps)
+    local, distributed = rebuild_table(shards.local_staging), rebuild_table(steps.staging or shards.local_staging)
+
+    def drop(shard: Shard) -> None:
+        try:
+            run_statements(hook, [Statement(render_drop_table(local), "")], log, client=shard.client)
+        except Exception as exc:  # noqa: BLE001 - the load's own error goes on
+            log.warning("On %s, could not drop %s: %s", shard.address, local, exc)
+
+    on_each(shard_clients(hook, shards), drop)
+    run_statements(hook, [Statement(render_drop_table(distributed), "")], log)

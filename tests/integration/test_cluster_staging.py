@@ -2,7 +2,8 @@
 
 A load into a Distributed table over MergeTree tables writes into a staging table on every shard and publishes
 shard by shard (docs/distributed.md). Here a load (``append``, ``replace_partitions``, ``overwrite``, or ``append``
-with the ledger, ``skip_loaded=True``; ``s3Cluster`` or through the Distributed table) is cut short just before its
+or ``replace_partitions`` with the ledger, ``skip_loaded=True``, after the older files were loaded so that the
+months they share are rebuilt from both; ``s3Cluster`` or through the Distributed table) is cut short just before its
 n-th statement to ClickHouse by a SIGKILL of:
 
 - the worker (the load runs in a process of its own, which is killed);
@@ -125,7 +126,7 @@ def _try(kwargs: dict[str, Any], run_id: str, try_number: int) -> dict[str, Any]
 
 @settings(max_examples=KILLS, deadline=None, derandomize=False, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(mode=st.sampled_from(["append", "replace_partitions", "overwrite", "skip_loaded"]),
+@given(mode=st.sampled_from(["append", "replace_partitions", "overwrite", "skip_loaded", "skip_loaded_replace"]),
        victim=st.sampled_from(["worker", "initiator", "node"]), strategy=st.sampled_from(["distributed", "single"]),
        die_at=st.integers(1, MOST_STATEMENTS), in_flight_ms=st.sampled_from([0, 0, 5, 30, 150]),
        other=st.sampled_from([1, 2]))
@@ -145,9 +146,16 @@ def test_a_load_killed_at_any_statement_is_finished_by_its_retry_exactly_once(
             "'Parquet') SETTINGS distributed_foreground_insert = 1")
         assert _table(stack, dist) == old
     kwargs = {"s3_uri": new_files.s3_uri, "table": dist, "mode": mode, "strategy": strategy, **CONNS}
-    if mode == "skip_loaded":  # the ledger on the first shard's node: claims, pending, loaded
+    if mode.startswith("skip_loaded"):  # the ledger on the first shard's node: claims, pending, loaded
         kwargs.update(mode="append", skip_loaded=True, claim_heartbeat=0.5)
+    if mode == "skip_loaded_replace":  # the old files loaded first: the new ones' months are rebuilt from both
+        kwargs.update(mode="replace_partitions")
+        first = _try({**kwargs, "s3_uri": old_files.s3_uri}, f"old-{uuid.uuid4().hex[:8]}", 1)
+        assert not isinstance(first, Exception), first
+        assert _table(stack, dist) == old
     run_id = f"kill-{uuid.uuid4().hex[:8]}"
+    if mode == "skip_loaded_replace":  # twice the statements: the earlier files' rebuild on every shard
+        die_at *= 2
     what = f"{mode}, {strategy}, {victim} killed " + (
         f"{in_flight_ms} ms after statement {die_at} was sent" if in_flight_ms else f"before statement {die_at}")
 
@@ -179,12 +187,16 @@ def test_a_load_killed_at_any_statement_is_finished_by_its_retry_exactly_once(
     want = _read(stack, new_files)
     if mode == "replace_partitions":
         want = {**old, **want}
+    if mode == "skip_loaded_replace":  # a month holds the rows of every file loaded into it
+        want = {p: tuple(map(sum, zip(old.get(p, (0, 0)), want.get(p, (0, 0)), strict=True))) for p in {*old, *want}}
+        want = {p: (c, h % 2**64) for p, (c, h) in want.items()}
     assert _table(stack, dist) == want, f"{what}: the table is not the files' rows once"
     assert _staging_left(stack) == [], f"{what}: staging tables left"
-    if mode == "skip_loaded":
+    if mode.startswith("skip_loaded"):
         rows = stack.clickhouse_client(0).execute(
             f"SELECT key, toString(state) FROM default.{LEDGER_NAME} FINAL WHERE table = %(t)s", {"t": dist})
-        assert sorted(k for k, state in rows if state == "loaded") == sorted(new_files.keys), f"{what}: {rows}"
+        keys = new_files.keys + (old_files.keys if mode == "skip_loaded_replace" else [])
+        assert sorted(k for k, state in rows if state == "loaded") == sorted(keys), f"{what}: {rows}"
         assert all(state in ("loaded", "released") for _, state in rows), f"{what}: claims left: {rows}"
         again = _try(kwargs, f"again-{run_id}", 1)  # a later run finds every file loaded
         assert not isinstance(again, Exception) and again["written_rows"] == 0, f"{what}: {again}"

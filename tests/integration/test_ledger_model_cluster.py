@@ -5,8 +5,9 @@ The target is a Distributed table (rows spread over the shards by ``rand()``); e
 and published shard by shard, and the ledger lives on the first shard's node (node 0, also the connection's, the
 initiator). Every rule of the one-node machine runs (new files, overwrites, earlier versions put back, deletes,
 loads and loads from events, the worker SIGKILLed at a random statement and retried, a killed load's claims taken
-over once its heartbeat aged) under ``append`` (the ledger's one mode on a Distributed table) with each
-``on_changed`` that can load and whole or chunked loads, through ``s3Cluster`` or through the Distributed table;
+over once its heartbeat aged) under every option set of the one-node machine that loads (``append`` whole or in
+chunks, ``replace_partitions`` with its rebuild on every shard; each ``on_changed``), through ``s3Cluster`` or through
+the Distributed table;
 and one more rule: **a node is SIGKILLed** (node 0, the initiator and the ledger's node; or node 1 or 2) at a
 random statement of a load (just before it is sent, or a few milliseconds after), restarted (a restarted node
 starts with an empty ``system.query_log``), and the load retried.
@@ -43,8 +44,9 @@ from tests.integration.support import counting, report_counts
 pytestmark = pytest.mark.integration
 
 CONNS = {"clickhouse_conn_id": "clickhouse_cluster", "aws_conn_id": "aws_cluster"}
-#: The option sets on a Distributed table: ``append`` (``replace_partitions`` with the ledger is refused there).
-OPTION_SETS = [o for o in one_node.OPTION_SETS if o[0] == "append"]
+#: The option sets: every one that loads on one node (``append`` and ``replace_partitions``, whose rebuild of the
+#: partitions earlier files share is made on every shard).
+OPTION_SETS = one_node.OPTION_SETS
 STATS = one_node.STATS
 #: What the refusals the model predicts say (any other error of a retry is a node still starting).
 REFUSALS = ("cannot run with", "changed since they were loaded", "cannot be read again as they were loaded")

@@ -69,11 +69,10 @@ def test_views_on_the_local_tables_keep_append_direct() -> None:
     assert steps.staging is None and "ldb.mv" in steps.reason
 
 
-def test_the_ledger_takes_a_staged_distributed_append_and_refuses_its_replace() -> None:
+def test_the_ledger_takes_a_staged_distributed_load() -> None:
     for strategy in ("single", "distributed"):
-        check_steps(plan_steps("append", DIST, STEM, nodes=NODES, cluster="c3"), strategy=strategy)
-    with pytest.raises(PlanError, match="mode='replace_partitions' into the Distributed table .*use mode='append'"):
-        check_steps(plan_steps("replace_partitions", DIST, STEM, nodes=NODES, cluster="c3"), strategy="single")
+        for mode in ("append", "replace_partitions"):
+            check_steps(plan_steps(mode, DIST, STEM, nodes=NODES, cluster="c3"), strategy=strategy)
     with pytest.raises(PlanError, match="direct insert"):  # views on the local tables: not staged
         check_steps(plan_steps("append", DIST.model_copy(update={"local_dependent_views": ["ldb.mv"]}), STEM,
                                nodes=NODES, cluster="c3"), strategy="distributed")
