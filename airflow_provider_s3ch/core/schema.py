@@ -47,7 +47,6 @@ column names are not checked without a ``structure``: their columns are matched 
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 
 from pydantic import BaseModel, Field
@@ -57,6 +56,7 @@ from airflow_provider_s3ch.core.formats import NAMELESS_FORMATS, TYPED_FORMATS
 from airflow_provider_s3ch.core.glob import key_url
 from airflow_provider_s3ch.core.manifest import first_file
 from airflow_provider_s3ch.core.models import Check, LoadPlan, Manifest, SchemaChange, SchemaPolicy, SettingValue
+from airflow_provider_s3ch.core.schema_types import type_problem
 
 CHECK_NAME = "schema"
 
@@ -84,10 +84,6 @@ POSITIONAL_KINDS = frozenset({"", "DEFAULT"})
 CASE_INSENSITIVE_SETTINGS = tuple(
     f"input_format_{fmt}_case_insensitive_column_matching" for fmt in ("parquet", "orc", "arrow")
 )
-
-_WRAPPER_RE = re.compile(r"^(?:Nullable|LowCardinality)\((.*)\)$", re.S)
-_NESTED = frozenset({"Array", "Map", "Tuple", "Nested"})
-_ANY = frozenset({"JSON", "Object", "Dynamic", "Variant"})
 
 
 class Column(BaseModel):
@@ -219,56 +215,6 @@ def case_insensitive(settings: dict[str, SettingValue]) -> bool:
 
 
 # ---------------------------------------------------------------------- types
-
-
-def base_type(type_name: str) -> str:
-    """The type under ``Nullable(…)`` and ``LowCardinality(…)``."""
-    text = type_name.strip()
-    while m := _WRAPPER_RE.match(text):
-        text = m.group(1).strip()
-    return text
-
-
-def type_family(type_name: str) -> str:
-    """``nested`` (Array, Map, Tuple, Nested), ``any`` (JSON, Dynamic, Variant), ``text``, ``integer``,
-    ``float``, ``decimal`` or ``other`` (dates, enums, UUID, ...)."""
-    head = base_type(type_name).split("(", 1)[0].strip()
-    if head in _NESTED:
-        return "nested"
-    if head in _ANY:
-        return "any"
-    if head in {"String", "FixedString"}:
-        return "text"
-    if re.fullmatch(r"U?Int\d+", head):
-        return "integer"
-    if re.fullmatch(r"B?Float\d+", head):
-        return "float"
-    return "decimal" if re.fullmatch(r"Decimal\d*", head) else "other"
-
-
-def type_problem(source: str, target: str) -> tuple[str, str] | None:
-    """``("error" | "warning", why)`` when a value of type ``source`` goes into a ``target`` column; None when fine.
-
-    :param source: the file's (or the structure's) type.
-    :param target: the table column's type.
-    """
-    src, dst = type_family(source), type_family(target)
-    if "any" in (src, dst):
-        return None
-    if (src == "nested") != (dst == "nested"):
-        return "error", f"{source} into {target}: the server cannot read a nested type as a plain one or back"
-    if src == "text" and dst in {"integer", "float", "decimal"} and "Nullable(" in target:
-        return "error", (
-            f"{source} into {target}: the server reads text that is not a number as NULL there, without an "
-            "error; give the files a numeric column, or the table a String one"
-        )
-    if src == "text" and dst in {"integer", "float", "decimal"}:
-        return "warning", (
-            f"{source} into {target}: each value is parsed as a number; text that is not one fails the load"
-        )
-    if src == "float" and dst == "integer":
-        return "warning", f"{source} into {target}: the fraction is dropped (1.5 loads as 1)"
-    return None
 
 
 def _types(pairs: Sequence[tuple[Column, Column]], label: str) -> SchemaComparison:

@@ -11,7 +11,6 @@ from airflow_provider_s3ch.core.models import InsertSettings, LoadPlan, LoadRequ
 from airflow_provider_s3ch.core.schema import (
     Column,
     add_check,
-    base_type,
     check_schema,
     compare_by_name,
     compare_by_position,
@@ -19,9 +18,8 @@ from airflow_provider_s3ch.core.schema import (
     sample_file,
     schema_reads,
     structure_in_file,
-    type_family,
-    type_problem,
 )
+from airflow_provider_s3ch.core.schema_types import base_type, type_family, type_problem
 from airflow_provider_s3ch.core.sql import REDACTED, render_describe
 from tests.unit.test_sql import KEY_ID, SECRET, TOKEN, creds
 
