@@ -42,16 +42,16 @@ OUT = ROOT / "bench" / "results" / "cluster_staging.json"
 #: The last revision whose distributed append was a direct insert into the shards.
 BASELINE = "87bf1d0"
 
-#: What each load process runs: the operator on the stack's connections; one JSON line out.
+#: What each load process runs: the operator on the stack's connections, with the arguments in its third
+#: argument (JSON); one JSON line out.
 LOAD = """
 import json, sys, time, types, uuid
 import airflow_provider_s3ch
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-uri, table = sys.argv[1], sys.argv[2]
+uri, table, kwargs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 ti = types.SimpleNamespace(dag_id="bench", task_id="load", run_id=uuid.uuid4().hex, map_index=-1, try_number=1,
                            xcom_push=lambda key, value: None)
-op = S3ToClickHouseOperator(task_id="load", s3_uri=uri, table=table, strategy="distributed",
-                            clickhouse_conn_id="clickhouse_cluster", aws_conn_id="aws_cluster")
+op = S3ToClickHouseOperator(task_id="load", s3_uri=uri, table=table, **kwargs)
 started = time.perf_counter()
 r = op.execute({"ti": ti})
 wall = (time.perf_counter() - started) * 1000
@@ -68,14 +68,32 @@ def _worktree(rev: str) -> Path:
     return path
 
 
-def _load(code: Path, env: dict[str, str], uri: str, table: str) -> dict[str, Any]:
-    out = subprocess.run([sys.executable, "-c", LOAD, uri, table], cwd=code, env={**env, "PYTHONPATH": str(code)},
+#: The operator's arguments of a distributed load on the stack's cluster.
+DISTRIBUTED = {"strategy": "distributed", "clickhouse_conn_id": "clickhouse_cluster", "aws_conn_id": "aws_cluster"}
+
+
+def _load(code: Path, env: dict[str, str], uri: str, table: str, kwargs: dict[str, Any] = DISTRIBUTED
+          ) -> dict[str, Any]:
+    """One load by the operator of checkout ``code``, in a fresh interpreter (:data:`LOAD`)."""
+    out = subprocess.run([sys.executable, "-c", LOAD, uri, table, json.dumps(kwargs)], cwd=code,
+                         env={**env, "PYTHONPATH": str(code)},
                          capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"the load from {code} failed: {out.stderr[-3000:]}")
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert Path(result["code"]).resolve().is_relative_to(code.resolve()), result["code"]
     return result
+
+
+def paired_summary(runs: list[dict[str, Any]], fmt: str) -> dict[str, Any]:
+    """The loads of format ``fmt`` by version (``staged``, ``direct``), one of each a round: each version's median
+    and the median of the rounds' ratios (staged / direct)."""
+    mine = {v: [r for r in runs if r["format"] == fmt and r["version"] == v] for v in ("staged", "direct")}
+    ratios = [s["wall_ms"] / d["wall_ms"] for s, d in zip(mine["staged"], mine["direct"], strict=True)]
+    return {"staged_median_ms": round(statistics.median(r["wall_ms"] for r in mine["staged"])),
+            "direct_median_ms": round(statistics.median(r["wall_ms"] for r in mine["direct"])),
+            "ratio_median": round(statistics.median(ratios), 3), "ratios": [round(x, 3) for x in ratios],
+            "staged_reason": mine["staged"][0]["mode_reason"], "direct_reason": mine["direct"][0]["mode_reason"]}
 
 
 def _window_ms(stack: LocalStack, query_id: str) -> float | None:
@@ -137,13 +155,9 @@ def main(argv: list[str] | None = None) -> int:
                        capture_output=True)
     summary: dict[str, Any] = {}
     for fmt in ("parquet", "csv.gz"):
-        mine = {v: [r for r in runs if r["format"] == fmt and r["version"] == v] for v in codes}
-        ratios = [s["wall_ms"] / d["wall_ms"] for s, d in zip(mine["staged"], mine["direct"], strict=True)]
-        windows = [r["window_ms"] for r in mine["staged"] if r["window_ms"] is not None]
+        windows = [r["window_ms"] for r in runs if r["format"] == fmt and r["window_ms"] is not None]
         summary[fmt] = {
-            "staged_median_ms": round(statistics.median(r["wall_ms"] for r in mine["staged"])),
-            "direct_median_ms": round(statistics.median(r["wall_ms"] for r in mine["direct"])),
-            "ratio_median": round(statistics.median(ratios), 3), "ratios": [round(x, 3) for x in ratios],
+            **paired_summary(runs, fmt),
             "publish_window_ms_median": round(statistics.median(windows)) if windows else None,
             "publish_window_ms_max": round(max(windows)) if windows else None,
         }

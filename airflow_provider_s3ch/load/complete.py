@@ -119,8 +119,8 @@ class Completion:
         hook, staging = self.hook, steps.staging
         assert staging is not None
         if steps.shards is not None:
-            return shards.finalize(hook, steps, mark, self.log, inserted_now=inserted_now,
-                                   rebuilt=known.sources if known is not None else None)
+            return shards.finalize(hook, steps, mark, self.log, inserted_now=inserted_now, read=shards.LedgerRead(
+                known.sources, known.standing) if known is not None else None)
         comment = known.comment if known else "" if inserted_now and steps.finalize != "exchange" else table_comment(
             hook, staging)
         target_comment = None if steps.finalize != "exchange" else table_comment(hook, steps.target)

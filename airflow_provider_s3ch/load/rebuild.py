@@ -70,6 +70,8 @@ class StagingRead(NamedTuple):
     rebuilt: list[RebuiltPartition] | None = None
     #: On a Distributed table: each shard's rebuild table to replace from, by node (None: no rebuild).
     sources: dict[str, RebuildSource] | None = None
+    #: On a Distributed table: where each shard stood when read (its staging table's comment and partitions).
+    standing: list[shards.Standing] | None = None
 
 
 class PartitionRebuild:
@@ -205,8 +207,9 @@ def before_finalize(ledger: LedgerRun, chunk: Chunk, metrics: LoadMetrics, plann
     hook, steps, plan, query_id = ledger.hook, planned.steps, planned.plan, ledger.query_id_of(chunk)
     staging = steps.staging
     assert staging is not None
+    standing = None
     if steps.shards is not None:  # staged on every shard (append: no rebuild)
-        comment, parts = shards.staged(hook, steps)
+        comment, parts, standing = shards.staged(hook, steps)
         comment = "" if inserted_now else comment
     else:
         comment = "" if inserted_now else table_comment(hook, staging)
@@ -214,7 +217,7 @@ def before_finalize(ledger: LedgerRun, chunk: Chunk, metrics: LoadMetrics, plann
     ids = [pid for pid, _ in parts]
     if steps.finalize != "replace" or comment is None:
         ledger.pending(metrics, chunk, ids)
-        return StagingRead(comment, parts)
+        return StagingRead(comment, parts, standing=standing)
     runner = PartitionRebuild(hook, ledger, source, source.credentials(), ledger.log)
     try:
         rebuild = runner.plan(ids)
@@ -226,7 +229,7 @@ def before_finalize(ledger: LedgerRun, chunk: Chunk, metrics: LoadMetrics, plann
         sources = shards.rebuild(hook, steps, rebuild.partitions, lambda table: runner.fill(
             rebuild, plan, query_id, table), ledger.log) if rebuild.needed else None
         present = sorted({pid for one in sources.values() for pid, _ in one.present}) if sources else ids
-        return StagingRead(comment, parts, None, runner.report(rebuild, present), sources)
+        return StagingRead(comment, parts, None, runner.report(rebuild, present), sources, standing)
     source_table = runner.build(rebuild, plan, steps, query_id) if rebuild.needed else None
     present = [pid for pid, _ in source_table.present] if source_table is not None else ids
     return StagingRead(comment, parts, source_table, runner.report(rebuild, present))

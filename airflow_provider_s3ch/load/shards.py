@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, NamedTuple, TypeVar
 
@@ -107,17 +107,24 @@ def prepare(hook: ClickHouseHook, steps: LoadSteps, query_id: QueryId, log: logg
 def abandon(hook: ClickHouseHook, steps: LoadSteps, log: logging.Logger) -> None:
     """After a failed insert that no longer runs: every shard's staging table dropped, and the Distributed one
     (best effort on each: a node that is down keeps its table for the next try, which drops it)."""
-    shards = _shards(steps)
+    assert steps.staging is not None
+    _drop_everywhere(hook, steps, abandon_statements(steps.on_shard()), steps.staging, log,
+                     f"staging table {_shards(steps).local_staging}")
+
+
+def _drop_everywhere(hook: ClickHouseHook, steps: LoadSteps, local: list[Statement], distributed: TableRef,
+                     log: logging.Logger, what: str) -> None:
+    """``local`` (drops) run on every shard, best effort on each (the load's own error goes on), then the
+    Distributed table ``distributed`` dropped; ``what`` names the shards' table in the warning."""
 
     def drop(shard: Shard) -> None:
         try:
-            run_statements(hook, abandon_statements(steps.on_shard()), log, client=shard.client, node=shard.address)
+            run_statements(hook, local, log, client=shard.client, node=shard.address)
         except Exception as exc:  # noqa: BLE001 - the load's own error goes on
-            log.warning("On %s, could not drop staging table %s: %s", shard.address, shards.local_staging, exc)
+            log.warning("On %s, could not drop %s: %s", shard.address, what, exc)
 
-    on_each(shard_clients(hook, shards), drop)
-    assert steps.staging is not None
-    run_statements(hook, [Statement(render_drop_table(steps.staging), "")], log)
+    on_each(shard_clients(hook, _shards(steps)), drop)
+    run_statements(hook, [Statement(render_drop_table(distributed), "")], log)
 
 
 def durable_mark(hook: ClickHouseHook, steps: LoadSteps) -> FilledMark | None:
@@ -133,7 +140,7 @@ def durable_mark(hook: ClickHouseHook, steps: LoadSteps) -> FilledMark | None:
     return None
 
 
-class _Standing(NamedTuple):
+class Standing(NamedTuple):
     """Where one shard stands before the publish: its staging table's comment (None: gone, published) and
     partitions; its local table's comment (``overwrite``)."""
 
@@ -143,8 +150,24 @@ class _Standing(NamedTuple):
     target_comment: str | None
 
 
+def _every_partition(standing: Sequence[Standing], stem: str) -> list[tuple[str, str]]:
+    """Every partition of the load: a mark's, once one was written (some shards may have published since), else
+    those of every shard's staging table."""
+    marks = [m for s in standing for m in (FilledMark.read(s.comment, stem), FilledMark.read(s.target_comment, stem))
+             if m is not None and m.partitions is not None]
+    return list(marks[0].partitions or []) if marks else sorted({p for s in standing for p in s.partitions})
+
+
+class LedgerRead(NamedTuple):
+    """What a ledger load read and made before its publish: each shard's rebuild table to replace from, by node
+    (``replace_partitions``, :func:`rebuild`; None: none), and where each shard stood (:func:`staged`)."""
+
+    rebuilt: dict[str, RebuildSource] | None
+    standing: list[Standing] | None
+
+
 def finalize(hook: ClickHouseHook, steps: LoadSteps, mark: FilledMark, log: logging.Logger, *,
-             inserted_now: bool = False, rebuilt: dict[str, RebuildSource] | None = None) -> list[str]:
+             inserted_now: bool = False, read: LedgerRead | None = None) -> list[str]:
     """Publish a finished insert on every shard; idempotent, so a retry resumes it.
 
     First every shard's staging table still there is marked filled, the mark naming every partition of the
@@ -154,27 +177,25 @@ def finalize(hook: ClickHouseHook, steps: LoadSteps, mark: FilledMark, log: logg
 
     :param inserted_now: this try's own insert just filled the staging tables: they exist, unmarked (no comment
         to read; ``overwrite`` reads them).
-    :param rebuilt: ``replace_partitions`` with the ledger: each shard's rebuild table to replace from, by node
-        (:func:`rebuild`).
+    :param read: what the ledger read just before: the rebuild tables, and where each shard stands (not read
+        again here); None: read here.
     :return: the partitions the load brought in (on any shard).
     """
     shards, on_shard = _shards(steps), steps.on_shard()
 
-    def look(shard: Shard) -> _Standing:
+    def look(shard: Shard) -> Standing:
         fresh = inserted_now and steps.finalize != "exchange"
         comment = "" if fresh else table_comment(hook, shards.local_staging, client=shard.client)
         parts = partitions(hook, shards.local_staging, client=shard.client) if comment is not None else []
         target_comment = (table_comment(hook, shards.local_target, client=shard.client)
                           if steps.finalize == "exchange" else None)
-        return _Standing(shard, comment, parts, target_comment)
+        return Standing(shard, comment, parts, target_comment)
 
     clients = shard_clients(hook, shards)
     alongside = _initiator_is_a_shard(clients)
-    standing = on_each(clients, look)
-    marks = [m for s in standing for m in (FilledMark.read(s.comment, mark.stem),
-                                            FilledMark.read(s.target_comment, mark.stem)) if m is not None]
-    known = next((m.partitions for m in marks if m.partitions is not None), None)
-    every = known if known is not None else sorted({p for s in standing for p in s.partitions})
+    rebuilt = read.rebuilt if read is not None else None
+    standing = read.standing if read is not None and read.standing is not None else on_each(clients, look)
+    every = _every_partition(standing, mark.stem)
     mark = mark.model_copy(update={"partitions": every})
 
     # The Distributed staging table served the insert: it goes before any shard publishes, so that the last
@@ -183,7 +204,7 @@ def finalize(hook: ClickHouseHook, steps: LoadSteps, mark: FilledMark, log: logg
     assert staging is not None
     drop_distributed = [Statement(render_drop_table(staging), "")]
 
-    def marked(one: _Standing) -> str | None:
+    def marked(one: Standing) -> str | None:
         """The shard's staging table marked filled, unless it carries the mark (or, swapped, is the old table)."""
         unswapped = steps.finalize != "exchange" or is_marker(one.comment, steps.marker or "")
         comment = one.comment
@@ -199,7 +220,7 @@ def finalize(hook: ClickHouseHook, steps: LoadSteps, mark: FilledMark, log: logg
     if not alongside:
         run_statements(hook, drop_distributed, log)
 
-    def publish(one: _Standing, comment: str | None) -> bool:
+    def publish(one: Standing, comment: str | None) -> bool:
         held = {pid for pid, _ in one.partitions}
         parts = one.partitions
         if steps.finalize == "move" and not inserted_now:  # a retry: what a move cut short by a crash left
@@ -243,23 +264,22 @@ def ledger_nodes(hook: ClickHouseHook, shards: Shards, database: str
     return ledger, nodes
 
 
-def staged(hook: ClickHouseHook, steps: LoadSteps) -> tuple[str | None, list[tuple[str, str]]]:
+def staged(hook: ClickHouseHook, steps: LoadSteps) -> tuple[str | None, list[tuple[str, str]], list[Standing]]:
     """What a ledger load records before the publish: a staging table's comment on some shard (None: no shard
-    keeps one, every shard published) and every partition of the load (a mark's, once one was written, as some
-    shards may have published since; else those of every shard's staging table)."""
+    keeps one, every shard published) and every partition of the load (:func:`_every_partition`); and where each
+    shard stands, for :func:`finalize` (which then reads nothing again)."""
     shards = _shards(steps)
 
-    def look(shard: Shard) -> tuple[str | None, list[tuple[str, str]]]:
+    def look(shard: Shard) -> Standing:
         comment = table_comment(hook, shards.local_staging, client=shard.client)
-        return comment, partitions(hook, shards.local_staging, client=shard.client) if comment is not None else []
+        parts = partitions(hook, shards.local_staging, client=shard.client) if comment is not None else []
+        return Standing(shard, comment, parts, None)
 
-    seen = [one for one in on_each(shard_clients(hook, shards), look) if one[0] is not None]
-    marks = [m for c, _ in seen if (m := FilledMark.read(c, steps.stem or "")) is not None and m.partitions is not None]
+    standing = on_each(shard_clients(hook, shards), look)
+    seen = [one for one in standing if one.comment is not None]
     if not seen:
-        return None, []
-    if marks:
-        return seen[0][0], list(marks[0].partitions or [])
-    return seen[0][0], sorted({p for _, parts in seen for p in parts})
+        return None, [], standing
+    return seen[0].comment, _every_partition(seen, steps.stem or ""), standing
 
 
 def rebuild(hook: ClickHouseHook, steps: LoadSteps, touched: list[str], fill: Callable[[TableRef], None],
@@ -315,14 +335,6 @@ def rebuild(hook: ClickHouseHook, steps: LoadSteps, touched: list[str], fill: Ca
 
 def drop_rebuild(hook: ClickHouseHook, steps: LoadSteps, log: logging.Logger) -> None:
     """Every shard's rebuild table dropped, and the Distributed one (best effort)."""
-    shards = _shards(steps)
-    local, distributed = rebuild_table(shards.local_staging), rebuild_table(steps.staging or shards.local_staging)
-
-    def drop(shard: Shard) -> None:
-        try:
-            run_statements(hook, [Statement(render_drop_table(local), "")], log, client=shard.client)
-        except Exception as exc:  # noqa: BLE001 - the load's own error goes on
-            log.warning("On %s, could not drop %s: %s", shard.address, local, exc)
-
-    on_each(shard_clients(hook, shards), drop)
-    run_statements(hook, [Statement(render_drop_table(distributed), "")], log)
+    local = rebuild_table(_shards(steps).local_staging)
+    _drop_everywhere(hook, steps, [Statement(render_drop_table(local), "")],
+                     rebuild_table(steps.staging or _shards(steps).local_staging), log, str(local))

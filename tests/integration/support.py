@@ -243,6 +243,29 @@ def counting(die_at: int | None = None, in_flight_ms: int = 0, act: Callable[[],
             timer.join()
 
 
+def kill_node(stack: LocalStack, index: int = 0) -> None:
+    """SIGKILL ClickHouse node ``index`` (as a crash) and wait for it to be gone; ``stack.restart_node`` starts it
+    again."""
+    process = stack.nodes[index].process
+    assert process is not None
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+
+
+def module_counts(counts: Counter[str], title: str, report_env: str) -> Any:
+    """A module's fixture ``stats``: ``counts`` cleared before its first test, and reported
+    (:func:`report_counts`) after its last."""
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def stats() -> Iterator[Counter[str]]:
+        counts.clear()
+        yield counts
+        report_counts(title, counts, report_env)
+
+    return stats
+
+
 def report_counts(title: str, counts: Counter[str], report_env: str) -> None:
     """Print a run's counts after its module, and write them to the file ``report_env`` names (if set)."""
     data = dict(sorted(counts.items()))

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -41,7 +40,7 @@ from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.sample import POSTS_DDL, SampleDataset, write_posts
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from tests.integration.support import SAMPLE_BUCKET, counting, fake_context, report_counts
+from tests.integration.support import SAMPLE_BUCKET, counting, fake_context, kill_node, report_counts
 
 pytestmark = pytest.mark.integration
 
@@ -110,13 +109,6 @@ _FORKS = multiprocessing.get_context("forkserver")
 _FORKS.set_forkserver_preload(["airflow_provider_s3ch.operators.s3_to_clickhouse", __name__])
 
 
-def _kill_node(stack: LocalStack, index: int) -> None:
-    process = stack.nodes[index].process
-    assert process is not None
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=30)
-
-
 def _try(kwargs: dict[str, Any], run_id: str, try_number: int) -> dict[str, Any] | Exception:
     try:
         return S3ToClickHouseOperator(task_id="load", **kwargs).execute(fake_context("load", try_number, run_id))
@@ -168,7 +160,7 @@ def test_a_load_killed_at_any_statement_is_finished_by_its_retry_exactly_once(
         failed = worker.exitcode != 0
     else:
         index = 0 if victim == "initiator" else other
-        with counting(die_at, in_flight_ms, act=lambda: _kill_node(stack, index)):
+        with counting(die_at, in_flight_ms, act=lambda: kill_node(stack, index)):
             failed = isinstance(_try(kwargs, run_id, 1), Exception)
         stack.restart_node(index)
 
