@@ -11,7 +11,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PIP_INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check --constraint $(CONSTRAINTS)
 
-.PHONY: venv demo live test test-airflow unit integration ledger-histories ledger-histories-cluster cluster-kills lint bench bench-large bench-peers docs constraints airflow-check clean
+.PHONY: venv demo live test test-airflow unit integration ledger-histories ledger-histories-cluster ledger-histories-views cluster-kills view-kills lint bench bench-large bench-peers docs constraints airflow-check clean
 
 venv: $(STAMP)
 
@@ -83,6 +83,23 @@ CLUSTER_HISTORIES ?= 120
 ledger-histories-cluster: venv
 	S3CH_CLUSTER_HISTORIES=$(CLUSTER_HISTORIES) S3CH_CLUSTER_HISTORIES_REPORT=bench/results/ledger_histories_cluster.json \
 	  $(PY) -m pytest -q -p no:cacheprovider -s tests/integration/test_ledger_model_cluster.py
+
+## ledger-histories-views: the ledger against its model into a table that two materialized views read, over
+## VIEW_HISTORIES histories (210 by default; make test runs 6); the counts go to bench/results/ledger_histories_views.json
+VIEW_HISTORIES ?= 210
+
+ledger-histories-views: venv
+	S3CH_LEDGER_VIEW_HISTORIES=$(VIEW_HISTORIES) S3CH_LEDGER_HISTORIES_REPORT=bench/results/ledger_histories_views.json \
+	  $(PY) -m pytest -q -p no:cacheprovider -s tests/integration/test_ledger_model.py -k views
+
+## view-kills: VIEW_KILLS loads into a table with a rollup view, a chain of two views and a view into another
+## partition key (120 by default; make test runs 4), append and skip_loaded, the worker or the node SIGKILLed at a
+## random statement and retried: every table as ClickHouse's own insert makes it; counts in bench/results/view_kills.json
+VIEW_KILLS ?= 120
+
+view-kills: venv
+	S3CH_VIEW_KILLS=$(VIEW_KILLS) S3CH_VIEW_KILLS_REPORT=bench/results/view_kills.json \
+	  $(PY) -m pytest -q -p no:cacheprovider -s tests/integration/test_views.py
 
 ## cluster-kills: CLUSTER_KILLS loads into a Distributed table on the local 3-node cluster (150 by default; make test
 ## runs 8), each SIGKILLed (the worker, the initiator node or another node) at a random statement and retried; every

@@ -60,6 +60,7 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/unit/test_sql.py": "core.sql: the renderers",
     "tests/unit/test_sql_summary.py": "core.sql",
     "tests/unit/test_tables.py": "core.tables",
+    "tests/unit/test_views.py": "core.views",
     "tests/unit/test_workload.py": "core.plan.workload and core.metrics",
     "tests/unit/test_access.py": "core.access: the S3 credential modes' SQL and hints",
     "tests/unit/test_s3_client.py": "boto3's client and its model loader, no Airflow",
@@ -102,6 +103,7 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/integration/test_schema_sample.py": "the schema check's DESCRIBE of a sample",
     "tests/integration/test_setting_types.py": "settings checked against system.settings before any statement",
     "tests/integration/test_tables.py": "tables created and evolved from the server's inference",
+    "tests/integration/test_views.py": "loads into tables with materialized views, killed and retried, on the servers",
     "tests/integration/test_workload.py": "workload scheduling on the server",
     "tests/bench/test_bench_smoke.py": "the benchmark harness (bench/), its loads and ratios",
 }

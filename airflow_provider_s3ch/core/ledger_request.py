@@ -77,12 +77,12 @@ def check_steps(steps: LoadSteps, *, strategy: str) -> None:
     ``loaded`` once every shard published (docs/distributed.md).
 
     :raises PlanError: a direct insert (a target that is not a MergeTree table or a Distributed table over
-        MergeTree tables, or one that materialized views read from).
+        MergeTree tables, or one that materialized views read from and that cannot be staged with them).
     """
     if steps.staging is None:
         how = " through a distributed insert" if strategy == "distributed" else ""
         raise PlanError(
             f"skip_loaded=True needs a staging table, and {steps.target} takes a direct insert{how} ({steps.reason}); "
-            "load into a MergeTree table (or a Distributed table over MergeTree tables) without materialized "
-            "views, or load without skip_loaded"
+            "load into a MergeTree table (or a Distributed table over MergeTree tables) whose materialized views "
+            "can be staged (docs/views.md), or load without skip_loaded"
         )

@@ -30,6 +30,7 @@ from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.models import LoadRequest, Mode, TableRef
 from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
 from airflow_provider_s3ch.core.shards import DISTRIBUTED_SUFFIX, Shards, shards_of, stageable_shards
+from airflow_provider_s3ch.core.views import StagedView, stage_views
 
 #: Staging tables are ``<prefix><stem>`` in the target's database.
 STAGING_PREFIX = "_s3ch_stage_"
@@ -182,13 +183,19 @@ class LoadSteps(BaseModel):
     #: A Distributed target: ``staging`` is the Distributed staging table the insert writes, over a staging
     #: table on every shard (:mod:`airflow_provider_s3ch.core.shards`); None on one node.
     shards: Shards | None = None
+    #: The staging twins of the materialized views that read the target, down the chains
+    #: (:mod:`airflow_provider_s3ch.core.views`): the insert into ``staging`` feeds them once.
+    views: list[StagedView] = Field(default_factory=list)
 
     @model_serializer(mode="wrap")
     def _without_shards_on_one_node(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A one-node load's steps serialize as before shards existed (XComs, deferred payloads)."""
+        """A one-node load's steps serialize as before shards existed, and a load without views as before views
+        were staged (XComs, deferred payloads)."""
         out = handler(self)
         if self.shards is None:
             out.pop("shards", None)
+        if not self.views:
+            out.pop("views", None)
         return out
 
     @property
@@ -252,9 +259,11 @@ def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[Cluste
     - ``append``: into a staging table, then each of its partitions is moved into the
       target (``MOVE PARTITION``): a failed try never touches the target, and a retry
       that finds a finished earlier insert resumes the moves. Direct insert when the
-      target cannot be staged (Replicated, not a MergeTree) or has materialized views (they
-      fire on INSERT, not on MOVE PARTITION). A Distributed target over MergeTree tables is
-      staged on every shard (:mod:`airflow_provider_s3ch.core.shards`).
+      target cannot be staged (Replicated, not a MergeTree). A Distributed target over MergeTree tables is
+      staged on every shard (:mod:`airflow_provider_s3ch.core.shards`). Materialized views that read the target
+      get staging twins (:mod:`airflow_provider_s3ch.core.views`): the insert feeds each once, into a staging
+      copy of its target, whose partitions move as the staging table's; a direct insert when a view cannot be
+      staged (the reason says why).
     - ``replace_partitions``: into a staging table, then ``REPLACE PARTITION`` for each
       partition the staging table holds: each partition is swapped atomically; the
       target's other partitions are untouched.
@@ -269,7 +278,7 @@ def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[Cluste
     :param nodes: the connection's cluster's nodes (a Distributed target's shards).
     :param cluster: the connection's cluster.
     :raises InvalidRequestError: an unknown mode.
-    :raises PlanError: a replace mode on a target that cannot be staged.
+    :raises PlanError: a replace mode on a target that cannot be staged, or that materialized views read.
     """
     if mode not in MODES:
         raise InvalidRequestError(f"mode={mode!r} is not a load mode; give one of {', '.join(MODES)}")
@@ -288,27 +297,38 @@ def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[Cluste
                 target=target,
                 reason=f"direct insert: {why}; a failed try may leave the rows it committed",
             )
-        if dependent_views:
-            return LoadSteps(
-                mode="append",
-                target=target,
-                reason=(
-                    f"direct insert: materialized views read from the target ({', '.join(dependent_views)}) and fire "
-                    "only on INSERT, not on MOVE PARTITION; a failed try may leave the rows it committed"
-                ),
-            )
+        views = stage_views(target, staging, table.view_rows) if dependent_views and shards is None and (
+            table.view_rows) else None
+        if dependent_views and (views is None or views.why_not is not None):
+            why_views = views.why_not if views is not None else (
+                f"materialized views read from the shards' tables ({', '.join(dependent_views)}); their staging on "
+                "a cluster is not built") if shards is not None else (
+                f"materialized views read from the target ({', '.join(dependent_views)}) and the server did not "
+                "describe them")
+            return LoadSteps(mode="append", target=target, reason=(
+                f"direct insert: {why_views}; the views fire on INSERT only, not on MOVE PARTITION; a failed try "
+                "may leave the rows it committed"))
+        if views is not None and views.staged:
+            named = ", ".join(f"{v.view.database}.{v.view.name}" for v in views.staged)
+            return LoadSteps(mode="append", target=target, staging=staging, finalize="move", views=views.staged,
+                             reason=f"staging table with staging twins of the materialized views ({named}): the "
+                                    "insert feeds each view once, into a staging copy of its target; then MOVE "
+                                    f"PARTITION into the target and the views' targets ({why})")
         where = "staging tables on every shard, then MOVE PARTITION on each shard" if shards else (
             "staging table, then MOVE PARTITION into the target")
         return LoadSteps(mode="append", target=target, staging=staging, finalize="move", reason=f"{where} ({why})",
                          shards=shards)
     if not stageable:
         raise PlanError(f"mode={mode!r} cannot run: {why}; use mode='append' or target a local MergeTree table")
-    warnings = []
     if dependent_views:
-        warnings.append(
-            f"materialized views read from {target} ({', '.join(dependent_views)}): they fire on INSERT only, "
-            f"so mode={mode!r} does not feed them"
+        what = "the partitions the files hold" if mode == "replace_partitions" else "the whole table"
+        raise PlanError(
+            f"mode={mode!r} cannot run: materialized views read from {target} ({', '.join(dependent_views)}) and "
+            f"fire on INSERT only, so replacing {what} would leave the views' targets holding the rows of the old "
+            "data; use mode='append' (the views are fed once), or replace the views' targets' rows yourself and "
+            "load into a table without views"
         )
+    warnings: list[str] = []
     if mode == "overwrite" and database_engine in _NO_EXCHANGE_ENGINES:
         raise PlanError(
             f"mode='overwrite' cannot run: database {table.database} has engine {database_engine}, which has no "

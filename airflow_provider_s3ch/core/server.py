@@ -91,3 +91,12 @@ TABLE_INFO_SQL = (
     "FROM system.tables AS t LEFT JOIN system.databases AS d ON d.name = t.database "
     "WHERE t.database = %(d)s AND t.name = %(t)s"
 )
+
+#: Every table of the server a materialized view may read or write (:class:`~.server_models.ViewRow`): read
+#: only for a target that views read from.
+VIEW_ROWS_SQL = (
+    "SELECT database, name, engine, arrayZip(dependencies_database, dependencies_table), "
+    "if(engine = 'MaterializedView', create_table_query, ''), if(engine = 'MaterializedView', as_select, ''), "
+    "toString(uuid) FROM system.tables WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', "
+    "'information_schema')"
+)

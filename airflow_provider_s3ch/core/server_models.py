@@ -7,7 +7,9 @@ server's system tables.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any, NamedTuple
+
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 
 class ClusterNode(BaseModel):
@@ -23,6 +25,20 @@ class ClusterNode(BaseModel):
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
+
+
+class ViewRow(NamedTuple):
+    """One table as ``system.tables`` describes it for the views' staging
+    (:data:`airflow_provider_s3ch.core.server.VIEW_ROWS_SQL`): the tables that read it (``dependents``); a
+    materialized view's ``CREATE`` and query."""
+
+    database: str
+    name: str
+    engine: str
+    dependents: list[tuple[str, str]]
+    create: str
+    select: str
+    uuid: str
 
 
 class TableInfo(BaseModel):
@@ -47,6 +63,16 @@ class TableInfo(BaseModel):
     local_dependent_views: list[str] = Field(default_factory=list)
     #: False for a table the load will create (``create_table='if_missing'``): planned, not yet there.
     exists: bool = True
+    #: The server's tables as the views' staging reads them; read only when views read the target.
+    view_rows: list[ViewRow] = Field(default_factory=list)
+
+    @model_serializer(mode="wrap")
+    def _without_view_rows(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """A target without views serializes as before (XComs, deferred payloads)."""
+        out = handler(self)
+        if not self.view_rows:
+            out.pop("view_rows", None)
+        return out
 
     @property
     def is_distributed(self) -> bool:

@@ -23,6 +23,7 @@ from airflow_provider_s3ch.core.sql import (
     render_replace_partitions,
     render_set_comment,
 )
+from airflow_provider_s3ch.core.views import abandon_views_sql, prepare_view_sql
 
 #: Partition commands per ``ALTER`` (one round trip each; a statement well inside ``max_query_size``).
 PARTITIONS_PER_ALTER = 100
@@ -95,7 +96,8 @@ def _own_comment(old_comment: str | None) -> str:
 
 
 def prepare_statements(
-    steps: LoadSteps, *, staging_exists: bool, staging_comment: str | None = None, target_comment: str | None = None
+    steps: LoadSteps, *, staging_exists: bool, staging_comment: str | None = None, target_comment: str | None = None,
+    leftovers: Sequence[TableRef] = (),
 ) -> list[Statement]:
     """Drop the staging table a dead try left (no earlier try runs: checked), create it afresh (no drop when
     there is none: the first try's, or a retry's that read it is not there).
@@ -108,9 +110,12 @@ def prepare_statements(
     :param staging_exists: whether the staging table is there now.
     :param staging_comment: its comment, when it is there (``overwrite``).
     :param target_comment: the target's comment (``overwrite``).
+    :param leftovers: the views' staging twins and copies an earlier try left (:func:`view_leftovers_sql`):
+        dropped first, twins before copies; the load's own are made after the staging table.
     """
     staging = _staging(steps)
-    out: list[Statement] = []
+    out = [Statement(render_drop_table(t), f"Dropped {t}, the views' staging left by an earlier try")
+           for t in sorted(leftovers, key=lambda t: not t.name.removeprefix(staging.name).startswith("m"))]
     if (steps.finalize == "exchange" and staging_exists and steps.marker is not None
             and is_marker(target_comment, steps.marker) and staging_comment is not None
             and not is_marker(staging_comment, steps.marker)):
@@ -124,14 +129,27 @@ def prepare_statements(
                   f"Created staging table {staging} AS {steps.target}"))
     if steps.marker is not None:
         out.append(Statement(render_set_comment(staging, steps.marker), ""))
+    if steps.views:
+        out += [Statement(sql, "") for sql in prepare_view_sql(steps.views)]
+        out[-1] = out[-1]._replace(note=f"Created the staging twins of {len(steps.views)} materialized view(s) and "
+                                        "staging copies of their targets")
     return out
 
 
+def view_leftovers_sql(staging: TableRef) -> tuple[str, dict[str, str]]:
+    """The views' staging twins and copies of ``staging`` (``<staging>m<tag>``, ``<staging>v<tag>``) that
+    exist."""
+    return ("SELECT name FROM system.tables WHERE database = %(d)s AND startsWith(name, %(p)s) "
+            "AND match(substring(name, length(%(p)s) + 1), '^[mv][0-9a-f]+$')",
+            {"d": staging.database or "", "p": staging.name})
+
+
 def abandon_statements(steps: LoadSteps) -> list[Statement]:
-    """After a failed insert that no longer runs: drop the staging table; the target is untouched."""
+    """After a failed insert that no longer runs: drop the views' staging, then the staging table; the target
+    and the views' targets are untouched."""
     if steps.staging is None:
         return []
-    return [
+    return [Statement(sql, "") for sql in abandon_views_sql(steps.views)] + [
         Statement(
             render_drop_table(steps.staging),
             f"The load failed: dropped staging table {steps.staging}; {steps.target} is untouched",

@@ -21,6 +21,7 @@ from airflow_provider_s3ch.core.server import (
     MEMORY_PROBES,
     SETTING_TYPES_SQL,
     TABLE_INFO_SQL,
+    VIEW_ROWS_SQL,
     parse_int_setting,
     table_info,
 )
@@ -29,6 +30,7 @@ from airflow_provider_s3ch.core.server_models import (
     NodeWorkloads,
     ServerProfile,
     TableInfo,
+    ViewRow,
     WorkloadEntity,
 )
 from airflow_provider_s3ch.core.server_sql import (
@@ -207,6 +209,8 @@ def table_facts(hook: ClickHouseHook, table: TableRef) -> TableInfo:
         local = hook.execute(TABLE_INFO_SQL, {"d": info.local_database, "t": info.local_table})
         info.local_engine = local[0][0] if local else None
         info.local_dependent_views = list(local[0][5]) if local else []
+    if info.dependent_views:  # the views' staging needs what they read and write, down the chains
+        info.view_rows = [ViewRow(*r[:3], [tuple(x) for x in r[3]], *r[4:]) for r in hook.execute(VIEW_ROWS_SQL)]
     return info
 
 

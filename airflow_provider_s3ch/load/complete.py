@@ -11,17 +11,26 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
 from airflow_provider_s3ch.core.ledger import Chunk
 from airflow_provider_s3ch.core.lineage import LoadFacts
 from airflow_provider_s3ch.core.marks import FilledMark
 from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics
-from airflow_provider_s3ch.core.models import LoadMetrics, LoadRequest, Manifest
+from airflow_provider_s3ch.core.models import LoadMetrics, LoadRequest, Manifest, TableRef
 from airflow_provider_s3ch.core.recovery import LoadSteps
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
-from airflow_provider_s3ch.core.staging import finalize_statements, mode_text
+from airflow_provider_s3ch.core.sql import render_set_comment
+from airflow_provider_s3ch.core.staging import (
+    PARTITIONS_PER_ALTER,
+    Statement,
+    finalize_statements,
+    mode_text,
+    partitions_text,
+)
+from airflow_provider_s3ch.core.views import copies, drop_views_sql, publish_views_sql
 from airflow_provider_s3ch.errors import LoadError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.query_log import QueryLog
@@ -82,6 +91,8 @@ class Completion:
             else:
                 metrics = load_metrics(entry, queries.secondary_queries(entry.query_id, fan_out) if fan_out else [],
                                        distributed=inserted.distributed, target_distributed=one.target.is_distributed)
+                if one.steps.views and one.steps.staging is not None:
+                    metrics = self._without_views(one.steps.staging, metrics)
         known: StagingRead | None = None
         if ledger is not None:  # pending first (replace_partitions: rebuilt, docs/ledger.md)
             known = before_finalize(ledger.ledger, ledger.chunk, metrics, one, inserted_now=inserted.inserted_now,
@@ -93,6 +104,12 @@ class Completion:
         if ledger is not None and known is not None:  # the partitions are in the target
             ledger.ledger.loaded(metrics, ledger.chunk, [pid for pid, _ in known.partitions])
         return one.done(metrics, moved, rebuilt=known.rebuilt if known is not None else None, published=published)
+
+    def _without_views(self, staging: TableRef, metrics: LoadMetrics) -> LoadMetrics:
+        """The insert's figures less the rows its views wrote (``system.query_log`` counts those too): the staging
+        table's, read before anything moves (an earlier try's staging table that is gone keeps the log's)."""
+        rows, size = staged_figures(self.hook, staging)
+        return metrics.model_copy(update={"written_rows": rows, "written_bytes": size}) if rows else metrics
 
     def _unlogged(self, one: Loaded, query_id: str) -> LoadMetrics:
         """The figures of an earlier try's insert that the ledger says finished, that ``system.query_log`` lost (a
@@ -124,6 +141,8 @@ class Completion:
         comment = known.comment if known else "" if inserted_now and steps.finalize != "exchange" else table_comment(
             hook, staging)
         target_comment = None if steps.finalize != "exchange" else table_comment(hook, steps.target)
+        if steps.views and comment is not None:  # marked, the twins dropped: nothing more is fed
+            comment = self._views_ready(steps, comment, mark)
         parts = known.partitions if known else partitions(hook, staging) if comment is not None else []
         if steps.finalize == "move" and not inserted_now:  # a retry: what a move cut short by a crash left
             parts = not_moved_yet(hook, (staging, steps.target), list(parts), self.log)
@@ -135,10 +154,46 @@ class Completion:
             target_partitions=partitions(hook, steps.target) if steps.finalize == "exchange" else [],
             mark=mark, rebuild=known.rebuild if known else None,
         )
-        run_statements(hook, finalize.steps, self.log)
+        if steps.views and comment is not None:
+            # The views' copies move on a connection of their own while the staging table's partitions move; the
+            # staging table is dropped last, once every copy is gone (a retry that finds it resumes the rest).
+            with ThreadPoolExecutor(1, thread_name_prefix="s3ch-views") as pool:
+                publishing = pool.submit(self._publish_views, steps, inserted_now=inserted_now)
+                run_statements(hook, finalize.steps[:-1], self.log)
+            publishing.result()
+            run_statements(hook, finalize.steps[-1:], self.log)
+        else:
+            run_statements(hook, finalize.steps, self.log)
         if finalize.done_before:
             self.log.info("Staging table %s is gone: an earlier try finished this load", staging)
         return finalize.partitions
+
+    def _views_ready(self, steps: LoadSteps, comment: str, mark: FilledMark) -> str:
+        """Before anything moves: the staging table marked filled (unless it is), the views' twins dropped
+        (nothing more is fed). The staging table's comment after the mark."""
+        assert steps.staging is not None
+        marked = FilledMark.read(comment, mark.stem) is not None
+        marking = [] if marked else [render_set_comment(steps.staging, mark.comment())]
+        run_statements(self.hook, [Statement(sql, "") for sql in [*marking, *drop_views_sql(steps.views)]], self.log)
+        return comment if marked else mark.comment()
+
+    def _publish_views(self, steps: LoadSteps, *, inserted_now: bool) -> None:
+        """The views' staging copies into the views' targets, each dropped after its moves; a retry moves only
+        what a dead try had not moved. On a connection of its own (it runs beside the staging table's moves)."""
+        hook = self.hook
+        client = hook.client_for(hook.host, hook.port, fresh=True)
+        try:
+            parts: dict[str, list[tuple[str, str]]] = {}
+            for one in copies(steps.views):
+                found = partitions(hook, one.staging, client=client) if one.moves else []
+                parts[one.staging.name] = found if inserted_now else not_moved_yet(
+                    hook, (one.staging, one.target), found, self.log, client=client)
+            for sql, one, values in publish_views_sql(steps.views, parts, PARTITIONS_PER_ALTER):
+                run_statements(hook, [Statement(sql, f"View {one.view.database}.{one.view.name}: moved "
+                                                f"{partitions_text(values)} into {one.target}" if values else "")],
+                               self.log, client=client)
+        finally:
+            client.disconnect()
 
 
 def lineage_facts(hook: ClickHouseHook, request: LoadRequest, loads: list[Loaded], end: LoadEnd,

@@ -272,9 +272,10 @@ def test_a_target_without_a_staging_table_is_refused_and_its_claims_given_back(s
     f = new_files(stack)
     f.put(1, 2)
     ch = stack.clickhouse_client()
-    ch.execute(f"CREATE TABLE {f.table}_copy ({STRUCTURE}) ENGINE = MergeTree ORDER BY id")
+    # a view into a Memory table cannot be staged (no partitions to move): the target takes a direct insert
+    ch.execute(f"CREATE TABLE {f.table}_copy ({STRUCTURE}) ENGINE = Memory")
     ch.execute(f"CREATE MATERIALIZED VIEW {f.table}_mv TO {f.table}_copy AS SELECT * FROM {f.table}")
-    with pytest.raises(PlanError, match="needs a staging table"):
+    with pytest.raises(PlanError, match=r"needs a staging table.*which is Memory"):
         f.run()
     assert {r[2] for r in f.ledger()} == {"released"} and fingerprint(stack, f.table)[0] == 0
 

@@ -32,7 +32,6 @@ import time
 import types
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, ClassVar
@@ -59,7 +58,7 @@ from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
 from airflow_provider_s3ch.errors import S3chError
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
-from tests.integration.support import counting, fake_context, report_counts
+from tests.integration.support import counting, fake_context, module_counts
 
 pytestmark = pytest.mark.integration
 
@@ -82,6 +81,8 @@ def refused(mode: str, on_changed: str, chunk: int | None) -> bool:
 
 #: The option sets the histories run under: the ones that load.
 OPTION_SETS = [o for o in ALL_OPTION_SETS if not refused(*o)]
+#: Those that load into a table with views (the replace modes refuse one).
+APPEND_SETS = [o for o in OPTION_SETS if o[0] == "append"]
 
 STATS: Counter[str] = Counter()
 
@@ -441,6 +442,40 @@ class LedgerHistories(RuleBasedStateMachine):
         assert not left, f"staging tables left: {left}"
 
 
+class ViewLedgerHistories(LedgerHistories):
+    """The same histories into a target that two materialized views read: a copy of its rows partitioned by
+    another key, and a ``SummingMergeTree`` of each partition's rows and their hash. Each must hold what the
+    table holds after every step: fed once by every file loaded, whatever the kills."""
+
+    def create_target(self) -> None:
+        super().create_target()
+        t, ch = self.table, self.stack.clickhouse_client()
+        for ddl in (
+            f"CREATE TABLE {t}_copy ({STRUCTURE}) ENGINE = MergeTree PARTITION BY id % 3 ORDER BY (file, id)",
+            f"CREATE MATERIALIZED VIEW {t}_mv_copy TO {t}_copy AS SELECT * FROM {t}",
+            f"CREATE TABLE {t}_sum (p UInt8, n UInt64, h UInt64) ENGINE = SummingMergeTree ORDER BY p",
+            f"CREATE MATERIALIZED VIEW {t}_mv_sum TO {t}_sum AS SELECT p, count() AS n, "
+            f"sum(cityHash64(p, file, ver, id)) AS h FROM {t} GROUP BY p",
+        ):
+            ch.execute(ddl)
+        STATS["histories into a table with views"] += 1
+
+    def teardown(self) -> None:
+        ch = self.stack.clickhouse_client()
+        for suffix in ("_mv_copy", "_mv_sum", "_copy", "_sum"):
+            ch.execute(f"DROP TABLE IF EXISTS {self.table}{suffix} SYNC")
+        super().teardown()
+
+    @invariant()
+    def every_view_holds_what_the_table_holds(self) -> None:
+        ch, t = self.stack.clickhouse_client(), self.table
+        table = sorted(ch.execute(f"SELECT p, count(), sum(cityHash64(p, file, ver, id)) FROM {t} GROUP BY p"))
+        copy = sorted(ch.execute(f"SELECT p, count(), sum(cityHash64(p, file, ver, id)) FROM {t}_copy GROUP BY p"))
+        sums = sorted(ch.execute(f"SELECT p, sum(n), sum(h) FROM {t}_sum GROUP BY p"))
+        assert copy == table, f"{self.options}: the view's copy differs from the table"
+        assert sums == table, f"{self.options}: the rollup view differs from the table"
+
+
 @pytest.mark.parametrize("options", [o for o in ALL_OPTION_SETS if refused(*o)])
 def test_an_option_set_that_cannot_be_exact_is_refused_before_anything_is_read(
     stack: LocalStack, bucket: str, options: tuple[str, str, int | None],
@@ -464,12 +499,16 @@ def bucket(stack: LocalStack) -> str:
     return BUCKET
 
 
-@pytest.fixture(scope="module")
-def stats() -> Iterator[Counter[str]]:
-    """The histories' counts, printed (and written to ``S3CH_LEDGER_HISTORIES_REPORT``) after the module."""
-    STATS.clear()
-    yield STATS
-    report_counts("ledger histories", STATS, "S3CH_LEDGER_HISTORIES_REPORT")
+#: The histories' counts, printed (and written to ``S3CH_LEDGER_HISTORIES_REPORT``) after the module.
+stats = module_counts(STATS, "ledger histories", "S3CH_LEDGER_HISTORIES_REPORT")
+
+
+def run_histories(machine: type[LedgerHistories], env: str, default: int, sets: int) -> None:
+    """``machine``'s histories: the number ``env`` names (``default`` unset), shared among ``sets`` option sets
+    (each test runs one)."""
+    run_state_machine_as_test(machine, settings=settings(
+        max_examples=-(-int(os.environ.get(env, str(default))) // sets), stateful_step_count=8, deadline=None,
+        database=None, suppress_health_check=list(HealthCheck)))
 
 
 @pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: "/".join(str(x) for x in o))
@@ -478,7 +517,14 @@ def test_the_ledger_matches_the_model_after_any_history(
 ) -> None:
     """``S3CH_LEDGER_HISTORIES`` histories in all (20 by default), shared among the option sets."""
     LedgerHistories.stack, LedgerHistories.options = stack, options
-    examples = -(-int(os.environ.get("S3CH_LEDGER_HISTORIES", "20")) // len(OPTION_SETS))
-    run_state_machine_as_test(LedgerHistories, settings=settings(
-        max_examples=examples, stateful_step_count=8, deadline=None, database=None,
-        suppress_health_check=list(HealthCheck)))
+    run_histories(LedgerHistories, "S3CH_LEDGER_HISTORIES", 20, len(OPTION_SETS))
+
+
+@pytest.mark.parametrize("options", APPEND_SETS, ids=lambda o: "/".join(str(x) for x in o))
+def test_the_ledger_into_a_table_with_views_matches_the_model_after_any_history(
+    stack: LocalStack, bucket: str, stats: Counter[str], options: tuple[str, str, int | None],
+) -> None:
+    """``S3CH_LEDGER_VIEW_HISTORIES`` histories in all (6 by default), shared among the ``append`` option sets (the
+    replace modes are refused on a table with views)."""
+    ViewLedgerHistories.stack, ViewLedgerHistories.options = stack, options
+    run_histories(ViewLedgerHistories, "S3CH_LEDGER_VIEW_HISTORIES", 6, len(APPEND_SETS))

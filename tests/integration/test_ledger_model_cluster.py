@@ -24,22 +24,18 @@ runs 120) and ``S3CH_CLUSTER_HISTORIES_REPORT`` a file the run's counts go to.
 from __future__ import annotations
 
 import copy
-import os
-import signal
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import initialize, precondition, rule, run_state_machine_as_test
+from hypothesis.stateful import initialize, precondition, rule
 
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
 from airflow_provider_s3ch.local import LocalStack
 from tests.integration import test_ledger_model as one_node
-from tests.integration.support import counting, report_counts
+from tests.integration.support import counting, kill_node, module_counts
 
 pytestmark = pytest.mark.integration
 
@@ -50,13 +46,6 @@ OPTION_SETS = one_node.OPTION_SETS
 STATS = one_node.STATS
 #: What the refusals the model predicts say (any other error of a retry is a node still starting).
 REFUSALS = ("cannot run with", "changed since they were loaded", "cannot be read again as they were loaded")
-
-
-def _kill_node(stack: LocalStack, index: int) -> None:
-    process = stack.nodes[index].process
-    assert process is not None
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=30)
 
 
 class ClusterLedgerHistories(one_node.LedgerHistories):
@@ -129,7 +118,7 @@ class ClusterLedgerHistories(one_node.LedgerHistories):
     def node_killed(self, node: int, die_at: int, in_flight_ms: int, must: str,
                     events: list[dict[str, Any]] | None = None) -> None:
         run_id = f"run-{uuid.uuid4().hex[:8]}"
-        with counting(die_at, in_flight_ms, act=lambda: _kill_node(self.stack, node)) as sent:
+        with counting(die_at, in_flight_ms, act=lambda: kill_node(self.stack, node)) as sent:
             first = self.outcome(run_id, 1, must, events)
         self.stack.restart_node(node)
         if sent[0] < die_at:  # killed after its last statement: the load ended as it would have
@@ -156,12 +145,8 @@ def bucket(cluster_stack: LocalStack) -> str:
     return one_node.BUCKET
 
 
-@pytest.fixture(scope="module")
-def stats() -> Iterator[Counter[str]]:
-    """The histories' counts, printed (and written to ``S3CH_CLUSTER_HISTORIES_REPORT``) after the module."""
-    STATS.clear()
-    yield STATS
-    report_counts("cluster ledger histories", STATS, "S3CH_CLUSTER_HISTORIES_REPORT")
+#: The histories' counts, printed (and written to ``S3CH_CLUSTER_HISTORIES_REPORT``) after the module.
+stats = module_counts(STATS, "cluster ledger histories", "S3CH_CLUSTER_HISTORIES_REPORT")
 
 
 @pytest.mark.parametrize("options", OPTION_SETS, ids=lambda o: "/".join(str(x) for x in o))
@@ -170,7 +155,4 @@ def test_the_ledger_on_a_cluster_matches_the_model_after_any_history_with_node_k
 ) -> None:
     """``S3CH_CLUSTER_HISTORIES`` histories in all (12 by default), shared among the option sets."""
     ClusterLedgerHistories.stack, ClusterLedgerHistories.options = cluster_stack, options
-    examples = -(-int(os.environ.get("S3CH_CLUSTER_HISTORIES", "12")) // len(OPTION_SETS))
-    run_state_machine_as_test(ClusterLedgerHistories, settings=settings(
-        max_examples=examples, stateful_step_count=8, deadline=None, database=None,
-        suppress_health_check=list(HealthCheck)))
+    one_node.run_histories(ClusterLedgerHistories, "S3CH_CLUSTER_HISTORIES", 12, len(OPTION_SETS))

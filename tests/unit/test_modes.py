@@ -110,11 +110,12 @@ def test_replace_modes_refuse_unstageable_targets(mode: str, table: TableInfo, w
         plan_steps(mode, table, STEM)
 
 
-def test_materialized_views_keep_append_direct_and_warn_in_replace_modes() -> None:
+def test_materialized_views_the_server_did_not_describe_keep_append_direct_and_refuse_replace_modes() -> None:
     steps = plan_steps("append", MT.model_copy(update={"dependent_views": ["db.mv"]}), STEM)
     assert steps.staging is None and "db.mv" in steps.reason
-    steps = plan_steps("replace_partitions", MT.model_copy(update={"dependent_views": ["db.mv"]}), STEM)
-    assert steps.staging is not None and any("db.mv" in w for w in steps.warnings)
+    for mode in ("replace_partitions", "overwrite"):
+        with pytest.raises(PlanError, match=r"materialized views read from db\.posts \(db\.mv\)"):
+            plan_steps(mode, MT.model_copy(update={"dependent_views": ["db.mv"]}), STEM)
 
 
 def test_overwrite_needs_exchange_tables() -> None:

@@ -1,0 +1,179 @@
+"""Loads into a table that materialized views read, on the real local stack: the raw table and every view's
+target fed once, whatever statement the worker or the ClickHouse node is SIGKILLed at.
+
+The target has the three shapes of view users build: a ``SummingMergeTree`` rollup (yearly partitions where the
+raw table's are monthly), a chain of two views (the first view's target read by the second, unpartitioned), and
+a view into a table partitioned by another column. What each table must hold is ClickHouse's own: the same
+tables and views, fed by one plain ``INSERT … SELECT FROM s3()`` of the same files.
+
+``make test`` runs a few kills (``S3CH_VIEW_KILLS``, 4 by default); ``make view-kills`` runs more and writes
+the counts to bench/results/view_kills.json.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from airflow_provider_s3ch.core.errors import PlanError
+from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
+from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
+from tests.integration.support import counting, kill_node, report_counts
+from tests.integration.test_ledger_model import _FORKS, _killed_load, context_of
+
+BUCKET = "s3ch-views"
+STRUCTURE = "d Date, k String, v UInt64"
+FILES, ROWS = 4, 3000
+KILLS = int(os.environ.get("S3CH_VIEW_KILLS", "4"))
+STATS: Counter[str] = Counter()
+
+
+def tables_ddl(t: str) -> list[str]:
+    """The raw table ``t`` and its views: a rollup, a chain of two, a view into another partition key."""
+    return [
+        f"CREATE TABLE {t} ({STRUCTURE}) ENGINE = MergeTree PARTITION BY toYYYYMM(d) ORDER BY (k, d)",
+        f"CREATE TABLE {t}_sum (m UInt32, k String, v UInt64) ENGINE = SummingMergeTree "
+        "PARTITION BY intDiv(m, 100) ORDER BY (m, k)",
+        f"CREATE MATERIALIZED VIEW {t}_mv_sum TO {t}_sum AS SELECT toYYYYMM(d) AS m, k, sum(v) AS v FROM {t} "
+        "GROUP BY m, k",
+        f"CREATE TABLE {t}_mid ({STRUCTURE}) ENGINE = MergeTree PARTITION BY toYYYYMM(d) ORDER BY k",
+        f"CREATE MATERIALIZED VIEW {t}_mv_mid TO {t}_mid AS SELECT d, k, v * 2 AS v FROM {t} WHERE v % 3 != 0",
+        f"CREATE TABLE {t}_top (k String, n UInt64, s UInt64) ENGINE = MergeTree ORDER BY k",
+        f"CREATE MATERIALIZED VIEW {t}_mv_top TO {t}_top AS SELECT k, count() AS n, sum(v) AS s FROM {t}_mid "
+        "GROUP BY k",
+        f"CREATE TABLE {t}_byk (k String, d Date, v UInt64) ENGINE = MergeTree PARTITION BY k ORDER BY d",
+        f"CREATE MATERIALIZED VIEW {t}_mv_byk TO {t}_byk AS SELECT k, d, v FROM {t} WHERE k != 'k0'",
+    ]
+
+
+#: Each table's contents as compared: rows (a SummingMergeTree's summed by key, merged or not).
+SHAPES = {
+    "": "SELECT count(), sum(cityHash64(*)) FROM {t}",
+    "_sum": "SELECT count(), sum(cityHash64(m, k, v)) FROM (SELECT m, k, sum(v) AS v FROM {t} GROUP BY m, k)",
+    "_mid": "SELECT count(), sum(cityHash64(*)) FROM {t}",
+    "_top": "SELECT count(), sum(cityHash64(k, n, s)) FROM (SELECT k, sum(n) AS n, sum(s) AS s FROM {t} GROUP BY k)",
+    "_byk": "SELECT count(), sum(cityHash64(*)) FROM {t}",
+}
+
+
+def contents(stack: LocalStack, t: str) -> dict[str, tuple[int, int]]:
+    ch = stack.clickhouse_client()
+    return {suffix: tuple(ch.execute(sql.format(t=t + suffix))[0]) for suffix, sql in SHAPES.items()}
+
+
+def staging_left(stack: LocalStack) -> list[str]:
+    return [r[0] for r in stack.clickhouse_client().execute(
+        "SELECT name FROM system.tables WHERE startsWith(name, %(p)s)", {"p": STAGING_PREFIX})]
+
+
+@pytest.fixture(scope="module")
+def files(stack: LocalStack) -> Iterator[dict[str, Any]]:
+    """The files under a prefix of their own, and what ClickHouse makes of them (a plain insert into a copy of the
+    tables and views)."""
+    stack.create_bucket(BUCKET)
+    rng, s3, prefix = random.Random(53), stack.s3_client(), f"v-{uuid.uuid4().hex[:8]}"
+    for n in range(FILES):
+        lines = [f"2024-{1 + (n + i) % 12:02d}-{1 + i % 28:02d},k{rng.randrange(9)},{rng.randrange(1000)}"
+                 for i in range(ROWS)]
+        s3.put_object(Bucket=BUCKET, Key=f"{prefix}/f{n}.csv", Body="\n".join(lines).encode())
+    ref = f"default.vref_{uuid.uuid4().hex[:6]}"
+    ch = stack.clickhouse_client()
+    for ddl in tables_ddl(ref):
+        ch.execute(ddl)
+    ch.execute(f"INSERT INTO {ref} SELECT * FROM s3('{stack.s3_endpoint}/{BUCKET}/{prefix}/*.csv', "
+               f"'{stack.s3_access_key}', '{stack.s3_secret_key}', 'CSV', '{STRUCTURE}')")
+    yield {"uri": f"s3://{BUCKET}/{prefix}/*.csv", "expected": contents(stack, ref)}
+    report_counts("Loads into a table with views, killed and retried", STATS, "S3CH_VIEW_KILLS_REPORT")
+
+
+def new_target(stack: LocalStack) -> str:
+    t = f"default.vw_{uuid.uuid4().hex[:8]}"
+    ch = stack.clickhouse_client()
+    for ddl in tables_ddl(t):
+        ch.execute(ddl)
+    return t
+
+
+def kwargs(files: dict[str, Any], table: str, mode: str = "append", **extra: Any) -> dict[str, Any]:
+    return {"s3_uri": files["uri"], "table": table, "format": "CSV", "structure": STRUCTURE, "mode": mode, **extra}
+
+
+def outcome(args: dict[str, Any], run_id: str, try_number: int) -> str:
+    try:
+        S3ToClickHouseOperator(task_id="load", **args).execute(context_of(run_id, try_number, None))
+    except Exception as exc:  # noqa: BLE001 - the caller says what the try must do
+        return str(exc)
+    return "done"
+
+
+def test_an_append_feeds_every_view_once_through_staging_twins(stack: LocalStack, files: dict[str, Any]) -> None:
+    t = new_target(stack)
+    result = S3ToClickHouseOperator(task_id="load", **kwargs(files, t)).execute(context_of("run-1", 1, None))
+    assert "staging twins" in result["mode_reason"]
+    assert contents(stack, t) == files["expected"]
+    assert result["written_rows"] == FILES * ROWS  # the table's rows, not the views' beside them
+    assert staging_left(stack) == []
+
+
+def test_the_replace_modes_are_refused_on_a_table_with_views(stack: LocalStack, files: dict[str, Any]) -> None:
+    t = new_target(stack)
+    for mode in ("replace_partitions", "overwrite"):
+        with pytest.raises(PlanError, match="materialized views read from"):
+            S3ToClickHouseOperator(task_id="load", **kwargs(files, t, mode)).execute(context_of("run-r", 1, None))
+    assert all(count == 0 for count, _ in contents(stack, t).values())
+    assert staging_left(stack) == []
+
+
+def _scenarios() -> list[tuple[str, str, int, int]]:
+    rng = random.Random(int(os.environ.get("S3CH_VIEW_KILLS_SEED", "5353")))
+    out = []
+    for n in range(KILLS):
+        out.append((("append", "skip_loaded")[n % 2], ("worker", "node")[(n // 2) % 2], rng.randint(2, 36),
+                    rng.choice([0, 0, 3, 15])))
+    return out
+
+
+@pytest.mark.parametrize(("how", "victim", "die_at", "in_flight_ms"), _scenarios())
+def test_a_load_killed_at_a_statement_and_retried_feeds_every_view_once(
+        stack: LocalStack, files: dict[str, Any], how: str, victim: str, die_at: int, in_flight_ms: int) -> None:
+    """The worker or the node SIGKILLed at the load's ``die_at``-th statement (or ``in_flight_ms`` after it was
+    sent); the retry (try 2, a third when the node was still starting) ends with every table as ClickHouse's own
+    insert made it, and no staging table, twin or copy left."""
+    t = new_target(stack)
+    extra = {"skip_loaded": True, "ledger_table": f"vl_{t.split('_')[-1]}"} if how == "skip_loaded" else {}
+    args, run_id = kwargs(files, t, **extra), f"run-{uuid.uuid4().hex[:8]}"
+    if victim == "worker":
+        env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
+        worker = _FORKS.Process(target=_killed_load, args=(env, args, run_id, die_at, in_flight_ms))
+        worker.start()
+        worker.join(300)
+        assert worker.exitcode is not None, "the worker neither died nor finished in 300 s"
+        first = "killed" if worker.exitcode == -signal.SIGKILL else "done" if worker.exitcode == 0 else "failed"
+    else:
+        with counting(die_at, in_flight_ms, act=lambda: kill_node(stack)) as sent:
+            first = outcome(args, run_id, 1)
+        stack.restart_node(0)
+        if sent[0] < die_at:
+            first = "done"
+    STATS[f"{how}, {victim} killed: {'the load finished before' if first == 'done' else 'retried'}"] += 1
+    if first != "done":
+        STATS[f"killed at statement {die_at:02d}{f' +{in_flight_ms} ms' if in_flight_ms else ' (before)'}"] += 1
+    if first != "done":
+        second = outcome(args, run_id, 2)
+        if second != "done":  # the node was still starting
+            STATS["retries that needed a third try"] += 1
+            second = outcome(args, run_id, 3)
+        assert second == "done", second
+    assert contents(stack, t) == files["expected"], f"{how}, {victim} killed at statement {die_at}"
+    assert staging_left(stack) == []
+    if how == "skip_loaded":  # every file is recorded: the next run loads nothing
+        assert outcome(args, f"run-{uuid.uuid4().hex[:8]}", 1) == "done"
+        assert contents(stack, t) == files["expected"]
