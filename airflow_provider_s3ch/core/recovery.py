@@ -30,7 +30,7 @@ from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.models import LoadRequest, Mode, TableRef
 from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
 from airflow_provider_s3ch.core.shards import DISTRIBUTED_SUFFIX, Shards, shards_of, stageable_shards
-from airflow_provider_s3ch.core.views import StagedView, stage_views
+from airflow_provider_s3ch.core.views import StagedView, ViewsPlan, stage_views
 
 #: Staging tables are ``<prefix><stem>`` in the target's database.
 STAGING_PREFIX = "_s3ch_stage_"
@@ -252,6 +252,20 @@ def _stageable(table: TableInfo, nodes: Sequence[ClusterNode], cluster: str | No
     return True, f"{name} is {table.engine}"
 
 
+def _views_plan(table: TableInfo, dependent_views: list[str], staging: TableRef, shards: Shards | None) -> ViewsPlan:
+    """The staging twins of the views that read the target (none without views), or why there can be none."""
+    if not dependent_views:
+        return ViewsPlan([], None)
+    named = ", ".join(dependent_views)
+    if shards is not None:
+        return ViewsPlan([], f"materialized views read from the shards' tables ({named}); their staging on a "
+                             "cluster is not built")
+    if not table.view_rows:
+        return ViewsPlan([], f"materialized views read from the target ({named}) and the server did not describe "
+                             "them")
+    return stage_views(TableRef(database=table.database, name=table.name), staging, table.view_rows)
+
+
 def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[ClusterNode] = (),
                cluster: str | None = None) -> LoadSteps:
     """Decide how a load in ``mode`` reaches ``table``.
@@ -297,18 +311,12 @@ def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[Cluste
                 target=target,
                 reason=f"direct insert: {why}; a failed try may leave the rows it committed",
             )
-        views = stage_views(target, staging, table.view_rows) if dependent_views and shards is None and (
-            table.view_rows) else None
-        if dependent_views and (views is None or views.why_not is not None):
-            why_views = views.why_not if views is not None else (
-                f"materialized views read from the shards' tables ({', '.join(dependent_views)}); their staging on "
-                "a cluster is not built") if shards is not None else (
-                f"materialized views read from the target ({', '.join(dependent_views)}) and the server did not "
-                "describe them")
+        views = _views_plan(table, dependent_views, staging, shards)
+        if views.why_not is not None:
             return LoadSteps(mode="append", target=target, reason=(
-                f"direct insert: {why_views}; the views fire on INSERT only, not on MOVE PARTITION; a failed try "
+                f"direct insert: {views.why_not}; the views fire on INSERT only, not on MOVE PARTITION; a failed try "
                 "may leave the rows it committed"))
-        if views is not None and views.staged:
+        if views.staged:
             named = ", ".join(f"{v.view.database}.{v.view.name}" for v in views.staged)
             return LoadSteps(mode="append", target=target, staging=staging, finalize="move", views=views.staged,
                              reason=f"staging table with staging twins of the materialized views ({named}): the "

@@ -6,7 +6,7 @@ where a dead try stopped. Pure: no I/O. Which steps a load takes is
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, Field
@@ -23,7 +23,7 @@ from airflow_provider_s3ch.core.sql import (
     render_replace_partitions,
     render_set_comment,
 )
-from airflow_provider_s3ch.core.views import abandon_views_sql, prepare_view_sql
+from airflow_provider_s3ch.core.views import StagedView, abandon_views_sql, copies, prepare_view_sql
 
 #: Partition commands per ``ALTER`` (one round trip each; a statement well inside ``max_query_size``).
 PARTITIONS_PER_ALTER = 100
@@ -226,6 +226,21 @@ def finalize_statements(
                                  _moved("Replaced", values, dropped, "none of their rows is on this shard now")))
     out.append(Statement(render_drop_table(staging), ""))
     return FinalizePlan(steps=out, partitions=[value for _, value in staging_partitions])
+
+
+def publish_views(views: Sequence[StagedView], parts: Mapping[str, Sequence[tuple[str, str]]]) -> list[Statement]:
+    """The views' staging copies brought into the views' targets as the staging table is into the target
+    (``move``): each copy's partitions still to move (``parts``, by the copy's name), then the copy dropped."""
+    out: list[Statement] = []
+    for one in copies(views):
+        steps = LoadSteps(mode="append", target=one.target, staging=one.staging, finalize="move",
+                          reason=f"the staging copy of the target of view {one.view}")
+        plan = finalize_statements(steps, staging_comment="", target_comment=None,
+                                   staging_partitions=list(parts.get(one.staging.name, ())) if one.moves else [])
+        view = f"View {one.view.database}.{one.view.name}"
+        out += [step._replace(note=f"{view}: {step.note[:1].lower()}{step.note[1:]} into {one.target}")
+                if step.note else step for step in plan.steps]
+    return out
 
 
 def _batches(partitions: Sequence[tuple[str, str]], drop: Sequence[str] = ()

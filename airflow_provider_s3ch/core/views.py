@@ -19,12 +19,7 @@ from pydantic import BaseModel
 
 from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.server_models import ViewRow
-from airflow_provider_s3ch.core.sql import (
-    render_create_staging,
-    render_drop_table,
-    render_move_partitions,
-    render_table,
-)
+from airflow_provider_s3ch.core.sql import render_create_staging, render_drop_table, render_table
 
 _IDENT = r"(?:`(?:[^`\\]|\\.)*`|\"(?:[^\"\\]|\\.)*\"|[A-Za-z_][A-Za-z0-9_$]*)"
 _QUALIFIED = rf"{_IDENT}\s*\.\s*{_IDENT}"
@@ -95,11 +90,15 @@ class ViewsPlan(NamedTuple):
     why_not: str | None
 
 
+def _after_name(row: ViewRow) -> str:
+    """What a materialized view's ``CREATE`` says after its name (``TO …``, ``REFRESH …``, its columns...)."""
+    head = _VIEW_HEAD.match(row.create)
+    return head.group("rest") if head else ""
+
+
 def _target_of(row: ViewRow, rows: Mapping[tuple[str, str], ViewRow]) -> tuple[str, str] | None:
     """The table a materialized view writes: its ``TO`` table, or its inner table when the server names it."""
-    head = _VIEW_HEAD.match(row.create)
-    rest = head.group("rest") if head else ""
-    to = _TO.match(rest)
+    to = _TO.match(_after_name(row))
     if to is not None:
         return _unquote(to.group("db")), _unquote(to.group("name"))
     named = [] if row.uuid.startswith("00000000-") else [f".inner_id.{row.uuid}"]
@@ -139,7 +138,7 @@ def stage_views(target: TableRef, staging: TableRef, rows: Iterable[ViewRow]) ->
                 return ViewsPlan([], f"{label} reads {reads.database}.{reads.name} and is "
                                      f"{view.engine if view else 'not described by the server'}, not a materialized "
                                      "view")
-            if re.match(rf"CREATE MATERIALIZED VIEW (?:IF NOT EXISTS )?{_QUALIFIED}\s+REFRESH\b", view.create):
+            if re.match(r"REFRESH\b", _after_name(view)):
                 continue  # a refreshable view is not fed by inserts
             written = _target_of(view, by_name)
             if written is None:
@@ -202,18 +201,3 @@ def drop_views_sql(staged: Sequence[StagedView]) -> list[str]:
 def abandon_views_sql(staged: Sequence[StagedView]) -> list[str]:
     """Everything the views' staging made, dropped: the twins, then the copies."""
     return drop_views_sql(staged) + [render_drop_table(one.staging) for one in copies(staged)]
-
-
-def publish_views_sql(staged: Sequence[StagedView], parts: Mapping[str, Sequence[tuple[str, str]]],
-                      batch: int) -> list[tuple[str, StagedView, list[str]]]:
-    """The copies' partitions moved into the views' targets, then each copy dropped: (sql, twin, partition
-    values moved) in order; ``parts``: each copy's (partition_id, partition) still to move, by its name."""
-    out: list[tuple[str, StagedView, list[str]]] = []
-    for one in copies(staged):
-        todo = list(parts.get(one.staging.name, ())) if one.moves else []
-        for start in range(0, len(todo), batch):
-            chunk = todo[start:start + batch]
-            out.append((render_move_partitions(one.staging, one.target, [pid for pid, _ in chunk]), one,
-                        [value for _, value in chunk]))
-        out.append((render_drop_table(one.staging), one, []))
-    return out

@@ -23,14 +23,8 @@ from airflow_provider_s3ch.core.recovery import LoadSteps
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_set_comment
-from airflow_provider_s3ch.core.staging import (
-    PARTITIONS_PER_ALTER,
-    Statement,
-    finalize_statements,
-    mode_text,
-    partitions_text,
-)
-from airflow_provider_s3ch.core.views import copies, drop_views_sql, publish_views_sql
+from airflow_provider_s3ch.core.staging import Statement, finalize_statements, mode_text, publish_views
+from airflow_provider_s3ch.core.views import copies, drop_views_sql
 from airflow_provider_s3ch.errors import LoadError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.query_log import QueryLog
@@ -188,10 +182,7 @@ class Completion:
                 found = partitions(hook, one.staging, client=client) if one.moves else []
                 parts[one.staging.name] = found if inserted_now else not_moved_yet(
                     hook, (one.staging, one.target), found, self.log, client=client)
-            for sql, one, values in publish_views_sql(steps.views, parts, PARTITIONS_PER_ALTER):
-                run_statements(hook, [Statement(sql, f"View {one.view.database}.{one.view.name}: moved "
-                                                f"{partitions_text(values)} into {one.target}" if values else "")],
-                               self.log, client=client)
+            run_statements(hook, publish_views(steps.views, parts), self.log, client=client)
         finally:
             client.disconnect()
 

@@ -11,8 +11,8 @@ from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.recovery import LoadSteps, plan_steps
 from airflow_provider_s3ch.core.server_models import TableInfo, ViewRow
-from airflow_provider_s3ch.core.staging import abandon_statements, prepare_statements
-from airflow_provider_s3ch.core.views import copies, publish_views_sql, retarget, stage_views
+from airflow_provider_s3ch.core.staging import abandon_statements, prepare_statements, publish_views
+from airflow_provider_s3ch.core.views import copies, retarget, stage_views
 
 RAW = TableRef(database="db", name="raw")
 STAGING = TableRef(database="db", name="_s3ch_stage_0123456789abcdef0123")
@@ -65,8 +65,8 @@ def test_two_views_into_one_table_share_its_copy_which_moves_once() -> None:
             view("v2", "db.raw", "db.agg")]
     staged, why = stage_views(RAW, STAGING, rows)
     assert why is None and len(staged) == 2 and len(copies(staged)) == 1
-    sql = publish_views_sql(staged, {copies(staged)[0].staging.name: [("1", "1")]}, 100)
-    assert [s for s, _, _ in sql if "MOVE PARTITION" in s] == [
+    sql = publish_views(staged, {copies(staged)[0].staging.name: [("1", "1")]})
+    assert [s.sql for s in sql if "MOVE PARTITION" in s.sql] == [
         f"ALTER TABLE `db`.`{copies(staged)[0].staging.name}` MOVE PARTITION ID '1' TO TABLE `db`.`agg`"]
 
 
