@@ -76,9 +76,17 @@ def check_steps(steps: LoadSteps, *, strategy: str) -> None:
     every shard, are recorded as one load: claimed before the insert, ``pending`` once the insert finished,
     ``loaded`` once every shard published (docs/distributed.md).
 
-    :raises PlanError: a direct insert (a target that is not a MergeTree table or a Distributed table over
-        MergeTree tables, or one that materialized views read from and that cannot be staged with them).
+    :raises PlanError: ``replace_partitions`` into a table that materialized views read; a direct insert (a
+        target that is not a MergeTree table or a Distributed table over MergeTree tables, or one that
+        materialized views read from and that cannot be staged with them).
     """
+    if steps.views and steps.mode == "replace_partitions":
+        raise PlanError(
+            f"skip_loaded=True with mode='replace_partitions' rebuilds the partitions it touches from the ledger's "
+            f"files, and materialized views read from {steps.target}: recomputing the views from that rebuild is not "
+            "built; use mode='append' with skip_loaded (every view is fed once), or replace_partitions without "
+            "skip_loaded (the views are recomputed)"
+        )
     if steps.staging is None:
         how = " through a distributed insert" if strategy == "distributed" else ""
         raise PlanError(

@@ -30,6 +30,7 @@ from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.models import LoadRequest, Mode, TableRef
 from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
 from airflow_provider_s3ch.core.shards import DISTRIBUTED_SUFFIX, Shards, shards_of, stageable_shards
+from airflow_provider_s3ch.core.view_replay import feed_table, replay_problem
 from airflow_provider_s3ch.core.views import StagedView, ViewsPlan, stage_views
 
 #: Staging tables are ``<prefix><stem>`` in the target's database.
@@ -219,6 +220,13 @@ class LoadSteps(BaseModel):
                                        "shards": None})
 
     @property
+    def feed(self) -> TableRef | None:
+        """The ``Null`` table the views' first twins read (``replace_partitions`` under views); None otherwise."""
+        if not self.views or self.finalize != "replace" or self.staging is None:
+            return None
+        return feed_table(self.staging)
+
+    @property
     def marker(self) -> str | None:
         """The staging table's comment for ``overwrite``; None otherwise."""
         if self.finalize != "exchange" or self.stem is None:
@@ -252,8 +260,10 @@ def _stageable(table: TableInfo, nodes: Sequence[ClusterNode], cluster: str | No
     return True, f"{name} is {table.engine}"
 
 
-def _views_plan(table: TableInfo, dependent_views: list[str], staging: TableRef, shards: Shards | None) -> ViewsPlan:
-    """The staging twins of the views that read the target (none without views), or why there can be none."""
+def _views_plan(table: TableInfo, dependent_views: list[str], staging: TableRef, shards: Shards | None,
+                mode: str = "append") -> ViewsPlan:
+    """The staging twins of the views that read the target (none without views), or why there can be none (under
+    a replace mode: also why the views cannot be recomputed exactly, :mod:`.view_replay`)."""
     if not dependent_views:
         return ViewsPlan([], None)
     named = ", ".join(dependent_views)
@@ -263,7 +273,12 @@ def _views_plan(table: TableInfo, dependent_views: list[str], staging: TableRef,
     if not table.view_rows:
         return ViewsPlan([], f"materialized views read from the target ({named}) and the server did not describe "
                              "them")
-    return stage_views(TableRef(database=table.database, name=table.name), staging, table.view_rows)
+    target = TableRef(database=table.database, name=table.name)
+    plan = stage_views(target, staging, table.view_rows,
+                       feed=feed_table(staging) if mode == "replace_partitions" else None)
+    if mode == "append" or plan.why_not is not None:
+        return plan
+    return ViewsPlan(plan.staged, replay_problem(mode, target, plan.staged, table.view_rows))
 
 
 def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[ClusterNode] = (),
@@ -328,13 +343,12 @@ def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[Cluste
                          shards=shards)
     if not stageable:
         raise PlanError(f"mode={mode!r} cannot run: {why}; use mode='append' or target a local MergeTree table")
-    if dependent_views:
-        what = "the partitions the files hold" if mode == "replace_partitions" else "the whole table"
+    views = _views_plan(table, dependent_views, staging, shards, mode)
+    if views.why_not is not None:
         raise PlanError(
             f"mode={mode!r} cannot run: materialized views read from {target} ({', '.join(dependent_views)}) and "
-            f"fire on INSERT only, so replacing {what} would leave the views' targets holding the rows of the old "
-            "data; use mode='append' (the views are fed once), or replace the views' targets' rows yourself and "
-            "load into a table without views"
+            f"cannot be recomputed exactly: {views.why_not}; use mode='append' (the views are fed once), or "
+            "replace the views' targets' rows yourself and load into a table without views"
         )
     warnings: list[str] = []
     if mode == "overwrite" and database_engine in _NO_EXCHANGE_ENGINES:
@@ -343,6 +357,11 @@ def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[Cluste
             "atomic EXCHANGE TABLES; use an Atomic database, or mode='replace_partitions'"
         )
     finalize, reason = _REPLACING[mode]
+    if views.staged:
+        named = ", ".join(f"{v.view.database}.{v.view.name}" for v in views.staged)
+        reason += (f"; the materialized views ({named}) are recomputed through staging twins: each view's target "
+                   + ("holds what its view makes of the files" if mode == "overwrite" else
+                      "gets the partitions the replaced and the new rows reach, from the table as it will be"))
     if shards is not None:
         reason = f"{reason.replace('staging table', 'staging tables on every shard', 1)}, on each shard ({why})"
     return LoadSteps(
@@ -353,6 +372,7 @@ def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[Cluste
         reason=reason,
         warnings=warnings,
         shards=shards,
+        views=views.staged,
     )
 
 

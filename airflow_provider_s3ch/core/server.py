@@ -97,6 +97,6 @@ TABLE_INFO_SQL = (
 VIEW_ROWS_SQL = (
     "SELECT database, name, engine, arrayZip(dependencies_database, dependencies_table), "
     "if(engine = 'MaterializedView', create_table_query, ''), if(engine = 'MaterializedView', as_select, ''), "
-    "toString(uuid) FROM system.tables WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', "
-    "'information_schema')"
+    "toString(uuid), partition_key, position(engine_full, ' TTL ') > 0 FROM system.tables "
+    "WHERE database NOT IN ('system', 'INFORMATION_SCHEMA', 'information_schema')"
 )

@@ -39,6 +39,10 @@ class ViewRow(NamedTuple):
     create: str
     select: str
     uuid: str
+    #: The table's partition key ('' for none).
+    partition_key: str = ""
+    #: Whether the table deletes rows by a TTL.
+    ttl: bool = False
 
 
 class TableInfo(BaseModel):

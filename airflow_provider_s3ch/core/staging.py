@@ -25,6 +25,8 @@ from airflow_provider_s3ch.core.sql import (
 )
 from airflow_provider_s3ch.core.views import StagedView, abandon_views_sql, copies, prepare_view_sql
 
+#: Why a shard's partition is dropped under ``replace_partitions``.
+_NOT_ON_SHARD = "none of their rows is on this shard now"
 #: Partition commands per ``ALTER`` (one round trip each; a statement well inside ``max_query_size``).
 PARTITIONS_PER_ALTER = 100
 
@@ -130,7 +132,8 @@ def prepare_statements(
     if steps.marker is not None:
         out.append(Statement(render_set_comment(staging, steps.marker), ""))
     if steps.views:
-        out += [Statement(sql, "") for sql in prepare_view_sql(steps.views)]
+        out += [Statement(sql, "") for sql in prepare_view_sql(steps.views, moving=steps.finalize == "move",
+                                                                feed=steps.feed, target=steps.target)]
         out[-1] = out[-1]._replace(note=f"Created the staging twins of {len(steps.views)} materialized view(s) and "
                                         "staging copies of their targets")
     return out
@@ -140,7 +143,7 @@ def view_leftovers_sql(staging: TableRef) -> tuple[str, dict[str, str]]:
     """The views' staging twins and copies of ``staging`` (``<staging>m<tag>``, ``<staging>v<tag>``) that
     exist."""
     return ("SELECT name FROM system.tables WHERE database = %(d)s AND startsWith(name, %(p)s) "
-            "AND match(substring(name, length(%(p)s) + 1), '^[mv][0-9a-f]+$')",
+            "AND match(substring(name, length(%(p)s) + 1), '^([mv][0-9a-f]+|n)$')",
             {"d": staging.database or "", "p": staging.name})
 
 
@@ -149,7 +152,7 @@ def abandon_statements(steps: LoadSteps) -> list[Statement]:
     and the views' targets are untouched."""
     if steps.staging is None:
         return []
-    return [Statement(sql, "") for sql in abandon_views_sql(steps.views)] + [
+    return [Statement(sql, "") for sql in abandon_views_sql(steps.views, steps.feed)] + [
         Statement(
             render_drop_table(steps.staging),
             f"The load failed: dropped staging table {steps.staging}; {steps.target} is untouched",
@@ -223,23 +226,37 @@ def finalize_statements(
             out.append(Statement(render_move_partitions(staging, target, ids), _moved("Moved", values)))
         else:
             out.append(Statement(render_replace_partitions(target, staging, ids, dropped),
-                                 _moved("Replaced", values, dropped, "none of their rows is on this shard now")))
+                                 _moved("Replaced", values, dropped, _NOT_ON_SHARD)))
     out.append(Statement(render_drop_table(staging), ""))
     return FinalizePlan(steps=out, partitions=[value for _, value in staging_partitions])
 
 
-def publish_views(views: Sequence[StagedView], parts: Mapping[str, Sequence[tuple[str, str]]]) -> list[Statement]:
-    """The views' staging copies brought into the views' targets as the staging table is into the target
-    (``move``): each copy's partitions still to move (``parts``, by the copy's name), then the copy dropped."""
+def publish_views(views: Sequence[StagedView], parts: Mapping[str, Sequence[tuple[str, str]]],
+                  affected: Mapping[str, Sequence[str]] | None = None) -> list[Statement]:
+    """The views' staging copies brought into the views' targets as the staging table is into the target:
+    each copy's partitions still to move (``parts``, by the copy's name), then the copy dropped. Under the
+    replace modes (``affected`` given, by the copy's name: the partition ids it replaces, :mod:`.view_replay`)
+    the copy's partitions among them replace the target's and the others are dropped; a copy without an entry
+    is gone (published by an earlier try) or a ``Null`` link: only dropped."""
     out: list[Statement] = []
     for one in copies(views):
-        steps = LoadSteps(mode="append", target=one.target, staging=one.staging, finalize="move",
-                          reason=f"the staging copy of the target of view {one.view}")
-        plan = finalize_statements(steps, staging_comment="", target_comment=None,
-                                   staging_partitions=list(parts.get(one.staging.name, ())) if one.moves else [])
-        view = f"View {one.view.database}.{one.view.name}"
-        out += [step._replace(note=f"{view}: {step.note[:1].lower()}{step.note[1:]} into {one.target}")
-                if step.note else step for step in plan.steps]
+        held = list(parts.get(one.staging.name, ())) if one.moves else []
+        if affected is None:
+            steps = LoadSteps(mode="append", target=one.target, staging=one.staging, finalize="move",
+                              reason=f"the staging copy of the target of view {one.view}")
+            plan = finalize_statements(steps, staging_comment="", target_comment=None, staging_partitions=held)
+        elif one.staging.name in affected:
+            ids = list(affected[one.staging.name])
+            steps = LoadSteps(mode="replace_partitions", target=one.target, staging=one.staging, finalize="replace",
+                              reason=f"the staging copy of the target of view {one.view}")
+            plan = finalize_statements(steps, staging_comment="", target_comment=None,
+                                       staging_partitions=[(pid, v) for pid, v in held if pid in ids],
+                                       drop=[pid for pid in ids if pid not in {p for p, _ in held}])
+        else:
+            plan = FinalizePlan(steps=[Statement(render_drop_table(one.staging), "")])
+        view = f"View {one.view.database}.{one.view.name} into {one.target}"
+        out += [step._replace(note=f"{view}: {step.note[:1].lower()}{step.note[1:]}".replace(
+            _NOT_ON_SHARD, "the view makes none of their rows now")) if step.note else step for step in plan.steps]
     return out
 
 

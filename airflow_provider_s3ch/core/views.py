@@ -37,6 +37,18 @@ _PASSED_ENGINES = ("Null",)
 TAG_HEX_DIGITS = 10
 #: How deep a chain of views may go (a view's target read by another view...).
 MAX_DEPTH = 8
+#: What the feed table's name adds to the staging table's (``replace_partitions``: the raw table as it will be
+#: is fed through the twins); not a hex digit, so no twin's or copy's tag ends so.
+FEED_SUFFIX = "n"
+#: A staging copy's comment under the replace modes: the partition ids of the view's target it replaces (those
+#: the copy lacks are dropped), written before the staging table is marked filled.
+AFFECTED = "s3ch-affected:"
+#: Calls whose result a replay computes anew (time, randomness, the block, other tables' contents): a view
+#: that makes them cannot be recomputed to what it held.
+_UNSAFE_CALLS = re.compile(
+    r"\b(now|now64|nowInBlock|today|yesterday|rand\w*|generateUUIDv\d|generateULID|generateSnowflakeID|"
+    r"currentUser|hostName|uptime|dictGet\w*|dictHas|joinGet\w*|rowNumberInBlock|blockNumber|neighbor|"
+    r"runningAccumulate|runningDifference\w*|randomString\w*|fuzzBits|file|url|s3\w*|remote\w*)\s*\(", re.I)
 
 
 def _unquote(ident: str) -> str:
@@ -51,6 +63,20 @@ def _name(text: str) -> tuple[str, str]:
     return _unquote(m.group("db")), _unquote(m.group("name"))
 
 
+def _code(select: str) -> str:
+    """The query with its string literals and comments blanked."""
+    return _TOKENS.sub(lambda m: m.group(0) if m.group("name") is not None else " ", select)
+
+
+def _swap(select: str, old: TableRef, text: str) -> str | None:
+    """``select`` with its one mention of ``old`` (outside literals and comments) replaced by ``text``."""
+    found = [m for m in _TOKENS.finditer(select)
+             if m.group("name") is not None and _name(m.group("name")) == (old.database, old.name)]
+    if len(found) != 1:
+        return None
+    return select[:found[0].start()] + text + select[found[0].end():]
+
+
 def retarget(select: str, old: TableRef, new: TableRef) -> str | None:
     """A view's query reading ``new`` where it read ``old``; None unless the query names ``old`` exactly once
     (ClickHouse qualifies a view's tables with their database when it stores the view: ``db.table``).
@@ -59,14 +85,7 @@ def retarget(select: str, old: TableRef, new: TableRef) -> str | None:
     :param old: the table it reads.
     :param new: the table its twin reads.
     """
-    found: list[re.Match[str]] = []
-    for m in _TOKENS.finditer(select):
-        if m.group("name") is not None and _name(m.group("name")) == (old.database, old.name):
-            found.append(m)
-    if len(found) != 1:
-        return None
-    m = found[0]
-    return select[:m.start()] + render_table(new) + select[m.end():]
+    return _swap(select, old, render_table(new))
 
 
 class StagedView(BaseModel):
@@ -81,6 +100,10 @@ class StagedView(BaseModel):
     target: TableRef
     staging: TableRef
     moves: bool = True
+    #: The table the view reads (the load's target, or another view's target); None as before the replace modes.
+    reads: TableRef | None = None
+    #: The partition key of the view's target (``system.tables.partition_key``; '' for none).
+    key: str = ""
 
 
 class ViewsPlan(NamedTuple):
@@ -114,7 +137,8 @@ def _tag(database: str, name: str) -> str:
     return hashlib.sha256(f"{database}.{name}".encode()).hexdigest()[:TAG_HEX_DIGITS]
 
 
-def stage_views(target: TableRef, staging: TableRef, rows: Iterable[ViewRow]) -> ViewsPlan:
+def stage_views(target: TableRef, staging: TableRef, rows: Iterable[ViewRow], *, feed: TableRef | None = None
+                ) -> ViewsPlan:
     """The staging twins of the views that read ``target``, and of those that read their targets, down the
     chains; or why they cannot be staged (the load is then a direct insert, or refused).
 
@@ -123,11 +147,13 @@ def stage_views(target: TableRef, staging: TableRef, rows: Iterable[ViewRow]) ->
         (views) and ``v<tag>`` (copies of their targets), in its database, the tag a digest of the view's or
         the target's name (:func:`_tag`).
     :param rows: ``system.tables``' rows of the server's views and of the tables they write.
+    :param feed: the table the first twins read instead of the staging table (``replace_partitions``:
+        :func:`feed_table`).
     """
     by_name = {(r.database, r.name): r for r in rows}
     copies: dict[tuple[str, str], StagedView] = {}
     staged: list[StagedView] = []
-    todo: list[tuple[TableRef, TableRef, int]] = [(target, staging, 0)]
+    todo: list[tuple[TableRef, TableRef, int]] = [(target, feed or staging, 0)]
     while todo:
         reads, source, depth = todo.pop(0)
         row = by_name.get((reads.database, reads.name))
@@ -165,7 +191,8 @@ def stage_views(target: TableRef, staging: TableRef, rows: Iterable[ViewRow]) ->
             one = StagedView(view=TableRef(database=db, name=name),
                              staging_view=TableRef(database=staging.database, name=f"{staging.name}m{_tag(db, name)}"),
                              source=source, select=select, target=into, staging=copy,
-                             moves=engine.endswith(_MOVED_ENGINES))
+                             moves=engine.endswith(_MOVED_ENGINES), reads=reads,
+                             key=out.partition_key if out is not None else "")
             staged.append(one)
             if known is None:
                 copies[written] = one
@@ -186,18 +213,23 @@ def render_create_view(view: TableRef, into: TableRef, select: str) -> str:
     return f"CREATE MATERIALIZED VIEW {render_table(view)} TO {render_table(into)} AS {select}"
 
 
-def prepare_view_sql(staged: Sequence[StagedView]) -> list[str]:
-    """The staging copies of the views' targets (their parts with UUIDs, as the staging table's), then the twins
-    that feed them."""
-    tables = [render_create_staging(one.staging, one.target, part_uuids=one.moves) for one in copies(staged)]
+def prepare_view_sql(staged: Sequence[StagedView], *, moving: bool = True, feed: TableRef | None = None,
+                     target: TableRef | None = None) -> list[str]:
+    """The feed table (given, a ``Null`` copy of ``target``), the staging copies of the views' targets (their
+    parts with UUIDs when they move, as the staging table's), then the twins that feed them."""
+    tables = [render_create_staging(one.staging, one.target, part_uuids=one.moves and moving)
+              for one in copies(staged)]
+    if feed is not None and target is not None:
+        tables.insert(0, f"CREATE TABLE {render_table(feed)} AS {render_table(target)} ENGINE = Null")
     return tables + [render_create_view(one.staging_view, one.staging, one.select) for one in staged]
 
 
-def drop_views_sql(staged: Sequence[StagedView]) -> list[str]:
-    """The twins dropped (before anything moves: nothing more is fed)."""
-    return [render_drop_table(one.staging_view) for one in staged]
+def drop_views_sql(staged: Sequence[StagedView], feed: TableRef | None = None) -> list[str]:
+    """The twins dropped (before anything moves: nothing more is fed), then the feed table if any."""
+    return [render_drop_table(one.staging_view) for one in staged] + (
+        [render_drop_table(feed)] if feed is not None else [])
 
 
-def abandon_views_sql(staged: Sequence[StagedView]) -> list[str]:
-    """Everything the views' staging made, dropped: the twins, then the copies."""
-    return drop_views_sql(staged) + [render_drop_table(one.staging) for one in copies(staged)]
+def abandon_views_sql(staged: Sequence[StagedView], feed: TableRef | None = None) -> list[str]:
+    """Everything the views' staging made, dropped: the twins and the feed table, then the copies."""
+    return drop_views_sql(staged, feed) + [render_drop_table(one.staging) for one in copies(staged)]

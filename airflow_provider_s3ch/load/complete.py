@@ -19,11 +19,22 @@ from airflow_provider_s3ch.core.lineage import LoadFacts
 from airflow_provider_s3ch.core.marks import FilledMark
 from airflow_provider_s3ch.core.metrics import combine_chunks, load_metrics
 from airflow_provider_s3ch.core.models import LoadMetrics, LoadRequest, Manifest, TableRef
-from airflow_provider_s3ch.core.recovery import LoadSteps
+from airflow_provider_s3ch.core.recovery import LoadSteps, is_marker
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_set_comment
 from airflow_provider_s3ch.core.staging import Statement, finalize_statements, mode_text, publish_views
+from airflow_provider_s3ch.core.view_replay import (
+    affected_comment,
+    affected_sql,
+    copy_rows,
+    feed_sql,
+    raw_rows,
+    read_affected,
+    truncate_sql,
+    view_rows,
+    writers_of,
+)
 from airflow_provider_s3ch.core.views import copies, drop_views_sql
 from airflow_provider_s3ch.errors import LoadError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
@@ -135,9 +146,11 @@ class Completion:
         comment = known.comment if known else "" if inserted_now and steps.finalize != "exchange" else table_comment(
             hook, staging)
         target_comment = None if steps.finalize != "exchange" else table_comment(hook, steps.target)
-        if steps.views and comment is not None:  # marked, the twins dropped: nothing more is fed
-            comment = self._views_ready(steps, comment, mark)
         parts = known.partitions if known else partitions(hook, staging) if comment is not None else []
+        swapped = steps.finalize == "exchange" and not is_marker(comment, steps.marker or "")
+        if steps.views and comment is not None and not swapped:
+            # marked, the twins dropped: nothing more is fed (an overwrite's swap not made yet)
+            comment = self._views_ready(steps, comment, mark, [pid for pid, _ in parts], inserted_now=inserted_now)
         if steps.finalize == "move" and not inserted_now:  # a retry: what a move cut short by a crash left
             parts = not_moved_yet(hook, (staging, steps.target), list(parts), self.log)
         finalize = finalize_statements(
@@ -162,27 +175,68 @@ class Completion:
             self.log.info("Staging table %s is gone: an earlier try finished this load", staging)
         return finalize.partitions
 
-    def _views_ready(self, steps: LoadSteps, comment: str, mark: FilledMark) -> str:
-        """Before anything moves: the staging table marked filled (unless it is), the views' twins dropped
-        (nothing more is fed). The staging table's comment after the mark."""
+    def _views_ready(self, steps: LoadSteps, comment: str, mark: FilledMark, replaced: list[str], *,
+                     inserted_now: bool) -> str:
+        """Before anything moves: under the replace modes, the views recomputed into their copies and the
+        partitions each replaces written on it; the staging table marked filled (unless it is), the views' twins
+        dropped (nothing more is fed). The staging table's comment after the mark."""
         assert steps.staging is not None
         marked = FilledMark.read(comment, mark.stem) is not None
+        if not marked and steps.finalize != "move":
+            self._recompute(steps, replaced, inserted_now=inserted_now)
         marking = [] if marked else [render_set_comment(steps.staging, mark.comment())]
-        run_statements(self.hook, [Statement(sql, "") for sql in [*marking, *drop_views_sql(steps.views)]], self.log)
+        run_statements(self.hook, [Statement(sql, "") for sql in [*marking, *drop_views_sql(steps.views, steps.feed)]],
+                       self.log)
         return comment if marked else mark.comment()
 
+    def _recompute(self, steps: LoadSteps, replaced: list[str], *, inserted_now: bool) -> None:
+        """The replace modes (:mod:`airflow_provider_s3ch.core.view_replay`): ``replace_partitions`` feeds the
+        table as it will be through the twins (a retry empties the copies first); then each copy is told the
+        partitions of its view's target it replaces, computed down the chains (``overwrite``: all of them)."""
+        hook, views, staging, feed = self.hook, steps.views, steps.staging, steps.feed
+        assert staging is not None
+        if feed is not None:
+            run_statements(hook, [Statement(sql, "") for sql in [
+                *([] if inserted_now else truncate_sql(views)), *feed_sql(steps.target, staging, replaced)]],
+                self.log)
+        sources = {feed.name: raw_rows(steps.target, staging, replaced)} if feed is not None else {}
+        comments: list[tuple[TableRef, list[str]]] = []
+        for writers in writers_of(views):
+            one = writers[0]
+            if not one.moves:  # a Null link: what its view makes of the changed rows, for the views reading it
+                sources[one.staging.name] = view_rows(one, sources) if feed is not None else ""
+                continue
+            if feed is None:  # overwrite: the view's target becomes its copy
+                ids = sorted({pid for pid, _ in [*partitions(hook, one.target), *partitions(hook, one.staging)]})
+            else:
+                ids = [str(pid) for (pid,) in hook.execute(affected_sql(writers, sources))]
+                sources[one.staging.name] = copy_rows(one, ids)
+            comments.append((one.staging, ids))
+            self.log.info("View target %s: partition ids %s recomputed for %s", one.target, ", ".join(ids) or "none",
+                          steps.mode)
+        run_statements(hook, [Statement(render_set_comment(copy, affected_comment(ids)), "") for copy, ids in comments],
+                       self.log)
+
     def _publish_views(self, steps: LoadSteps, *, inserted_now: bool) -> None:
-        """The views' staging copies into the views' targets, each dropped after its moves; a retry moves only
-        what a dead try had not moved. On a connection of its own (it runs beside the staging table's moves)."""
+        """The views' staging copies into the views' targets, each dropped after its moves (or replaces); a retry
+        moves only what a dead try had not moved. On a connection of its own (it runs beside the staging table's
+        moves)."""
         hook = self.hook
         client = hook.client_for(hook.host, hook.port, fresh=True)
         try:
             parts: dict[str, list[tuple[str, str]]] = {}
+            affected: dict[str, list[str]] | None = None if steps.finalize == "move" else {}
             for one in copies(steps.views):
                 found = partitions(hook, one.staging, client=client) if one.moves else []
+                if affected is not None:
+                    ids = read_affected(table_comment(hook, one.staging, client=client)) if one.moves else None
+                    if ids is not None:
+                        affected[one.staging.name] = ids
+                    parts[one.staging.name] = found
+                    continue
                 parts[one.staging.name] = found if inserted_now else not_moved_yet(
                     hook, (one.staging, one.target), found, self.log, client=client)
-            run_statements(hook, publish_views(steps.views, parts), self.log, client=client)
+            run_statements(hook, publish_views(steps.views, parts, affected), self.log, client=client)
         finally:
             client.disconnect()
 

@@ -6,7 +6,7 @@ raw table's are monthly), a chain of two views (the first view's target read by 
 a view into a table partitioned by another column. What each table must hold is ClickHouse's own: the same
 tables and views, fed by one plain ``INSERT … SELECT FROM s3()`` of the same files.
 
-``make test`` runs a few kills (``S3CH_VIEW_KILLS``, 4 by default); ``make view-kills`` runs more and writes
+``make test`` runs a few kills (``S3CH_VIEW_KILLS``, 8 by default); ``make view-kills`` runs more and writes
 the counts to bench/results/view_kills.json.
 """
 
@@ -32,8 +32,19 @@ from tests.integration.test_ledger_model import _FORKS, _killed_load, context_of
 BUCKET = "s3ch-views"
 STRUCTURE = "d Date, k String, v UInt64"
 FILES, ROWS = 4, 3000
-KILLS = int(os.environ.get("S3CH_VIEW_KILLS", "4"))
+KILLS = int(os.environ.get("S3CH_VIEW_KILLS", "8"))
+#: Rows the target holds before a replace mode loads the files: 2024-03 is among the files' months (replaced; k9
+#: is in no file, so the view partitioned by k loses that partition), 2023-06 and 2025-01 are not (kept).
+OLD = [("2023-06-01", "k1", 7), ("2023-06-02", "k9", 5), ("2024-03-04", "k9", 11), ("2024-03-05", "k2", 13),
+       ("2025-01-06", "k3", 17)]
+#: What each mode leaves, from the target holding OLD (append: from an empty target).
+HOW = ("append", "skip_loaded", "replace_partitions", "overwrite")
 STATS: Counter[str] = Counter()
+
+
+def old_rows(keep: bool = False) -> str:
+    """OLD as VALUES (``keep``: the rows of months no file holds, those replace_partitions keeps)."""
+    return ", ".join(f"('{d}', '{k}', {v})" for d, k, v in OLD if not keep or not d.startswith("2024"))
 
 
 def tables_ddl(t: str) -> list[str]:
@@ -84,21 +95,30 @@ def files(stack: LocalStack) -> Iterator[dict[str, Any]]:
         lines = [f"2024-{1 + (n + i) % 12:02d}-{1 + i % 28:02d},k{rng.randrange(9)},{rng.randrange(1000)}"
                  for i in range(ROWS)]
         s3.put_object(Bucket=BUCKET, Key=f"{prefix}/f{n}.csv", Body="\n".join(lines).encode())
-    ref = f"default.vref_{uuid.uuid4().hex[:6]}"
-    ch = stack.clickhouse_client()
-    for ddl in tables_ddl(ref):
-        ch.execute(ddl)
-    ch.execute(f"INSERT INTO {ref} SELECT * FROM s3('{stack.s3_endpoint}/{BUCKET}/{prefix}/*.csv', "
-               f"'{stack.s3_access_key}', '{stack.s3_secret_key}', 'CSV', '{STRUCTURE}')")
-    yield {"uri": f"s3://{BUCKET}/{prefix}/*.csv", "expected": contents(stack, ref)}
+    expected = {}
+    for how, rows in (("append", ""), ("replace_partitions", old_rows(keep=True))):
+        ref = f"default.vref_{uuid.uuid4().hex[:6]}"
+        ch = stack.clickhouse_client()
+        for ddl in tables_ddl(ref):
+            ch.execute(ddl)
+        if rows:
+            ch.execute(f"INSERT INTO {ref} VALUES {rows}")
+        ch.execute(f"INSERT INTO {ref} SELECT * FROM s3('{stack.s3_endpoint}/{BUCKET}/{prefix}/*.csv', "
+                   f"'{stack.s3_access_key}', '{stack.s3_secret_key}', 'CSV', '{STRUCTURE}')")
+        expected[how] = contents(stack, ref)
+    expected["skip_loaded"] = expected["overwrite"] = expected["append"]
+    yield {"uri": f"s3://{BUCKET}/{prefix}/*.csv", "expected": expected["append"], "by_how": expected}
     report_counts("Loads into a table with views, killed and retried", STATS, "S3CH_VIEW_KILLS_REPORT")
 
 
-def new_target(stack: LocalStack) -> str:
+def new_target(stack: LocalStack, *, old: bool = False) -> str:
+    """A raw table and its views; ``old``: holding OLD, inserted as users do (the views fed by ClickHouse)."""
     t = f"default.vw_{uuid.uuid4().hex[:8]}"
     ch = stack.clickhouse_client()
     for ddl in tables_ddl(t):
         ch.execute(ddl)
+    if old:
+        ch.execute(f"INSERT INTO {t} VALUES {old_rows()}")
     return t
 
 
@@ -123,12 +143,36 @@ def test_an_append_feeds_every_view_once_through_staging_twins(stack: LocalStack
     assert staging_left(stack) == []
 
 
-def test_the_replace_modes_are_refused_on_a_table_with_views(stack: LocalStack, files: dict[str, Any]) -> None:
-    t = new_target(stack)
+def test_the_replace_modes_recompute_every_view_from_the_table_they_leave(
+        stack: LocalStack, files: dict[str, Any]) -> None:
+    """replace_partitions: in each view's target the partitions the replaced and the new rows reach hold what the
+    view makes of the table as it is after (the yearly rollup's 2024, every k the rows carry, the unpartitioned
+    top), the others are kept (2023, 2025), a partition no row reaches any more is dropped (k9); overwrite: each
+    view's target holds what its view makes of the files."""
     for mode in ("replace_partitions", "overwrite"):
-        with pytest.raises(PlanError, match="materialized views read from"):
-            S3ToClickHouseOperator(task_id="load", **kwargs(files, t, mode)).execute(context_of("run-r", 1, None))
-    assert all(count == 0 for count, _ in contents(stack, t).values())
+        t = new_target(stack, old=True)
+        result = S3ToClickHouseOperator(task_id="load", **kwargs(files, t, mode)).execute(context_of("run-r", 1, None))
+        assert "recomputed through staging twins" in result["mode_reason"]
+        assert contents(stack, t) == files["by_how"][mode], mode
+        assert staging_left(stack) == []
+    ch = stack.clickhouse_client()
+    assert ch.execute(f"SELECT count() FROM {t}_byk WHERE k = 'k9'") == [(0,)]
+
+
+def test_views_a_recomputation_cannot_replay_refuse_the_replace_modes_and_leave_everything(
+        stack: LocalStack, files: dict[str, Any]) -> None:
+    t = new_target(stack, old=True)
+    before = contents(stack, t)
+    with pytest.raises(PlanError, match="skip_loaded=True with mode='replace_partitions'"):
+        S3ToClickHouseOperator(task_id="load", **kwargs(files, t, "replace_partitions", skip_loaded=True)).execute(
+            context_of("run-l", 1, None))
+    ch = stack.clickhouse_client()
+    ch.execute(f"CREATE TABLE {t}_at (k String, at DateTime) ENGINE = MergeTree ORDER BY k")
+    ch.execute(f"CREATE MATERIALIZED VIEW {t}_mv_at TO {t}_at AS SELECT k, now() AS at FROM {t}")
+    for mode in ("replace_partitions", "overwrite"):
+        with pytest.raises(PlanError, match=r"cannot be recomputed exactly: materialized view .*_mv_at calls now\(\)"):
+            S3ToClickHouseOperator(task_id="load", **kwargs(files, t, mode)).execute(context_of("run-n", 1, None))
+    assert contents(stack, t) == before
     assert staging_left(stack) == []
 
 
@@ -136,7 +180,7 @@ def _scenarios() -> list[tuple[str, str, int, int]]:
     rng = random.Random(int(os.environ.get("S3CH_VIEW_KILLS_SEED", "5353")))
     out = []
     for n in range(KILLS):
-        out.append((("append", "skip_loaded")[n % 2], ("worker", "node")[(n // 2) % 2], rng.randint(2, 36),
+        out.append((HOW[n % len(HOW)], ("worker", "node")[(n // len(HOW)) % 2], rng.randint(2, 36),
                     rng.choice([0, 0, 3, 15])))
     return out
 
@@ -147,9 +191,10 @@ def test_a_load_killed_at_a_statement_and_retried_feeds_every_view_once(
     """The worker or the node SIGKILLed at the load's ``die_at``-th statement (or ``in_flight_ms`` after it was
     sent); the retry (try 2, a third when the node was still starting) ends with every table as ClickHouse's own
     insert made it, and no staging table, twin or copy left."""
-    t = new_target(stack)
+    t = new_target(stack, old=how in ("replace_partitions", "overwrite"))
     extra = {"skip_loaded": True, "ledger_table": f"vl_{t.split('_')[-1]}"} if how == "skip_loaded" else {}
-    args, run_id = kwargs(files, t, **extra), f"run-{uuid.uuid4().hex[:8]}"
+    mode = how if how in ("replace_partitions", "overwrite") else "append"
+    args, run_id = kwargs(files, t, mode, **extra), f"run-{uuid.uuid4().hex[:8]}"
     if victim == "worker":
         env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
         worker = _FORKS.Process(target=_killed_load, args=(env, args, run_id, die_at, in_flight_ms))
@@ -172,8 +217,8 @@ def test_a_load_killed_at_a_statement_and_retried_feeds_every_view_once(
             STATS["retries that needed a third try"] += 1
             second = outcome(args, run_id, 3)
         assert second == "done", second
-    assert contents(stack, t) == files["expected"], f"{how}, {victim} killed at statement {die_at}"
+    assert contents(stack, t) == files["by_how"][how], f"{how}, {victim} killed at statement {die_at}"
     assert staging_left(stack) == []
     if how == "skip_loaded":  # every file is recorded: the next run loads nothing
         assert outcome(args, f"run-{uuid.uuid4().hex[:8]}", 1) == "done"
-        assert contents(stack, t) == files["expected"]
+        assert contents(stack, t) == files["by_how"][how]

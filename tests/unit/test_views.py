@@ -12,6 +12,7 @@ from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.recovery import LoadSteps, plan_steps
 from airflow_provider_s3ch.core.server_models import TableInfo, ViewRow
 from airflow_provider_s3ch.core.staging import abandon_statements, prepare_statements, publish_views
+from airflow_provider_s3ch.core.view_replay import affected_comment, partition_id_expr, read_affected
 from airflow_provider_s3ch.core.views import copies, retarget, stage_views
 
 RAW = TableRef(database="db", name="raw")
@@ -126,5 +127,72 @@ def test_a_plan_with_views_creates_and_drops_the_twins_around_the_staging_table(
     assert LoadSteps.model_validate(steps.model_dump(mode="json")) == steps  # a deferred load carries them
     assert "views" not in plan_steps("append", info.model_copy(update={"dependent_views": [], "view_rows": []}),
                                      "0123456789abcdef0123").model_dump()
-    with pytest.raises(PlanError, match="materialized views"):
-        plan_steps("overwrite", info, "0123456789abcdef0123")
+    for mode in ("replace_partitions", "overwrite"):  # recomputed, not refused
+        assert plan_steps(mode, info, "0123456789abcdef0123").views
+
+
+def test_replace_partitions_feeds_the_twins_through_a_null_table_and_drops_it_on_failure() -> None:
+    info = TableInfo(database="db", name="raw", engine="MergeTree", dependent_views=["db.mv_a", "db.mv_sum"],
+                     view_rows=rows_of_a_chain())
+    steps = plan_steps("replace_partitions", info, "0123456789abcdef0123")
+    feed = f"`db`.`{STAGING.name}n`"
+    assert steps.feed is not None and "recomputed" in steps.reason
+    made = [s.sql for s in prepare_statements(steps, staging_exists=False)]
+    assert made[1] == f"CREATE TABLE {feed} AS `db`.`raw` ENGINE = Null"  # before the twins that read it
+    assert all("assign_part_uuids" not in sql for sql in made)  # the copies' partitions are replaced, not moved
+    first = [one for one in steps.views if one.reads == RAW]
+    assert first and all(one.source.name == STAGING.name + "n" for one in first)
+    assert f"DROP TABLE IF EXISTS {feed} SYNC" in [s.sql for s in abandon_statements(steps)]
+    assert plan_steps("overwrite", info, "0123456789abcdef0123").feed is None  # the twins read the staging table
+
+
+@pytest.mark.parametrize(("mode", "rows", "why"), [
+    ("replace_partitions", [table("raw", dependents=("db.mv",)), table("t"),
+                            view("mv", "db.raw", "db.t", "SELECT k, now() AS at FROM db.raw")], "calls now()"),
+    ("overwrite", [table("raw", dependents=("db.mv",)), table("t"), table("dim"),
+                   view("mv", "db.raw", "db.t", "SELECT k FROM db.raw AS r LEFT JOIN db.dim AS d USING k")],
+     "reads db.dim too"),
+    ("overwrite", [table("raw", dependents=("db.mv",)), table("t"), view("mv", "db.raw", "db.t",
+                   "SELECT dictGetString('db.d', 'n', k) AS k FROM db.raw")], "calls dictGetString()"),
+    ("replace_partitions", [table("raw", dependents=("db.mv",)), table("t"), table("other", dependents=("db.o",)),
+                            view("mv", "db.raw", "db.t"), view("o", "db.other", "db.t")], "writes a view's target"),
+    ("replace_partitions", [table("raw", dependents=("db.mv",))._replace(ttl=True), table("t"),
+                            view("mv", "db.raw", "db.t")], "TTL"),
+])
+def test_views_that_cannot_be_recomputed_refuse_the_replace_modes(mode: str, rows: list[ViewRow], why: str) -> None:
+    info = TableInfo(database="db", name="raw", engine="MergeTree", dependent_views=["db.mv"], view_rows=rows)
+    with pytest.raises(PlanError, match="cannot be recomputed exactly") as caught:
+        plan_steps(mode, info, "0123456789abcdef0123")
+    assert why in str(caught.value) and "mode='append'" in str(caught.value)
+    assert plan_steps("append", info, "0123456789abcdef0123").views  # append feeds them as they are
+
+
+def test_a_ttl_on_the_raw_table_does_not_refuse_overwrite() -> None:
+    rows = [table("raw", dependents=("db.mv",))._replace(ttl=True), table("t"), view("mv", "db.raw", "db.t")]
+    info = TableInfo(database="db", name="raw", engine="MergeTree", dependent_views=["db.mv"], view_rows=rows)
+    assert plan_steps("overwrite", info, "0123456789abcdef0123").views
+
+
+@given(st.lists(st.from_regex(r"[0-9a-f_]{1,12}|all", fullmatch=True), max_size=5, unique=True))
+def test_a_copys_comment_gives_back_the_partitions_it_replaces(ids: list[str]) -> None:
+    assert read_affected(affected_comment(ids)) == ids
+    assert read_affected(None) is None and read_affected("") is None
+
+
+@pytest.mark.parametrize(("key", "expr"), [
+    ("", "'all'"), ("toYYYYMM(d)", "partitionID(toYYYYMM(d))"), ("(k, toYear(d))", "partitionID(k, toYear(d))"),
+    ("(a + b) * 2", "partitionID((a + b) * 2)"), ("(k)", "partitionID((k))"),
+])
+def test_the_partition_id_of_a_key_as_the_server_shows_it(key: str, expr: str) -> None:
+    assert partition_id_expr(key) == expr
+
+
+def test_under_a_replace_mode_a_copy_replaces_what_it_holds_and_drops_the_rest_of_its_partitions() -> None:
+    rows = [table("raw", dependents=("db.v1",)), table("agg"), view("v1", "db.raw", "db.agg")]
+    staged, _ = stage_views(RAW, STAGING, rows)
+    name = copies(staged)[0].staging.name
+    sql = [s.sql for s in publish_views(staged, {name: [("1", "1"), ("3", "3")]}, {name: ["1", "2"]})]
+    assert sql == [f"ALTER TABLE `db`.`agg` REPLACE PARTITION ID '1' FROM `db`.`{name}`, DROP PARTITION ID '2'",
+                   f"DROP TABLE IF EXISTS `db`.`{name}` SYNC"]
+    # a copy an earlier try published and dropped is left alone
+    assert [s.sql for s in publish_views(staged, {name: []}, {})] == [f"DROP TABLE IF EXISTS `db`.`{name}` SYNC"]
