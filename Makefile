@@ -93,8 +93,9 @@ ledger-histories-views: venv
 	  $(PY) -m pytest -q -p no:cacheprovider -s tests/integration/test_ledger_model.py -k views
 
 ## view-kills: VIEW_KILLS loads into a table with a rollup view, a chain of two views and a view into another
-## partition key (120 by default; make test runs 4), append and skip_loaded, the worker or the node SIGKILLed at a
-## random statement and retried: every table as ClickHouse's own insert makes it; counts in bench/results/view_kills.json
+## partition key (120 by default; make test runs 8), append, skip_loaded, replace_partitions and overwrite, the worker
+## or the node SIGKILLed at a random statement and retried: every table as ClickHouse's own insert makes it; counts in
+## bench/results/view_kills.json
 VIEW_KILLS ?= 120
 
 view-kills: venv

@@ -116,8 +116,7 @@ def prepare_statements(
         dropped first, twins before copies; the load's own are made after the staging table.
     """
     staging = _staging(steps)
-    out = [Statement(render_drop_table(t), f"Dropped {t}, the views' staging left by an earlier try")
-           for t in sorted(leftovers, key=lambda t: not t.name.removeprefix(staging.name).startswith("m"))]
+    out = leftover_drops(staging, leftovers, "the views' staging left by an earlier try")
     if (steps.finalize == "exchange" and staging_exists and steps.marker is not None
             and is_marker(target_comment, steps.marker) and staging_comment is not None
             and not is_marker(staging_comment, steps.marker)):
@@ -137,6 +136,13 @@ def prepare_statements(
         out[-1] = out[-1]._replace(note=f"Created the staging twins of {len(steps.views)} materialized view(s) and "
                                         "staging copies of their targets")
     return out
+
+
+def leftover_drops(staging: TableRef, leftovers: Sequence[TableRef], why: str) -> list[Statement]:
+    """The views' staging twins, feed table and copies of ``staging`` that ``leftovers`` names, dropped: the
+    twins first (they read the others)."""
+    return [Statement(render_drop_table(t), f"Dropped {t}, {why}")
+            for t in sorted(leftovers, key=lambda t: not t.name.removeprefix(staging.name).startswith("m"))]
 
 
 def view_leftovers_sql(staging: TableRef) -> tuple[str, dict[str, str]]:

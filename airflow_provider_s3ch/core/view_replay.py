@@ -2,7 +2,8 @@
 
 - ``overwrite``: the twins read the staging table, as under ``append``; each view's target is then made to
   hold what its view makes of the files alone: the copy's partitions replace the target's, and the target's
-  partitions the copy lacks are dropped.
+  partitions the copy lacks are dropped. Nothing is replayed (the insert fed the twins, as a plain insert feeds
+  the views), so any view can be; only a view's target that another table's view writes too is refused.
 - ``replace_partitions``: the raw table as it will be (its other partitions and the files' rows) is fed through
   the twins, by a ``Null`` feed table; in each view's target, the partitions that the replaced rows or the new
   ones reach are replaced by what the view makes of that raw table, and those it no longer reaches dropped.
@@ -53,7 +54,7 @@ def replay_problem(mode: str, target: TableRef, staged: Sequence[StagedView], ro
         return (f"{target} deletes rows by a TTL, and the rows it deleted fed the views' targets: recomputing "
                 "their partitions from the raw table would lose them")
     names = {(v.view.database, v.view.name) for v in staged}
-    for one in staged:
+    for one in staged if mode == "replace_partitions" else ():  # overwrite replays nothing: the insert feeds all
         row = by_name.get((one.view.database, one.view.name))
         code = _code(row.select if row is not None else "")
         call = _UNSAFE_CALLS.search(code)

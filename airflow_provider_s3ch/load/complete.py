@@ -23,7 +23,14 @@ from airflow_provider_s3ch.core.recovery import LoadSteps, is_marker
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_set_comment
-from airflow_provider_s3ch.core.staging import Statement, finalize_statements, mode_text, publish_views
+from airflow_provider_s3ch.core.staging import (
+    Statement,
+    finalize_statements,
+    leftover_drops,
+    mode_text,
+    publish_views,
+    view_leftovers_sql,
+)
 from airflow_provider_s3ch.core.view_replay import (
     affected_comment,
     affected_sql,
@@ -169,6 +176,8 @@ class Completion:
                 run_statements(hook, finalize.steps[:-1], self.log)
             publishing.result()
             run_statements(hook, finalize.steps[-1:], self.log)
+            if not inserted_now:  # a view dropped since the dead try: its twin and copy are no view's now
+                self._drop_leftovers(staging)
         else:
             run_statements(hook, finalize.steps, self.log)
         if finalize.done_before:
@@ -216,6 +225,13 @@ class Completion:
                           steps.mode)
         run_statements(hook, [Statement(render_set_comment(copy, affected_comment(ids)), "") for copy, ids in comments],
                        self.log)
+
+    def _drop_leftovers(self, staging: TableRef) -> None:
+        """What is left of an earlier try's views' staging once this load's own is gone: the twins and copies of
+        views that no longer read the target (a retry plans from the views there are now)."""
+        left = [TableRef(database=staging.database, name=r[0]) for r in self.hook.execute(
+            *view_leftovers_sql(staging))]
+        run_statements(self.hook, leftover_drops(staging, left, "the staging of a view that is gone"), self.log)
 
     def _publish_views(self, steps: LoadSteps, *, inserted_now: bool) -> None:
         """The views' staging copies into the views' targets, each dropped after its moves (or replaces); a retry

@@ -24,6 +24,7 @@ import pytest
 
 from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.recovery import STAGING_PREFIX
+from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from tests.integration.support import counting, kill_node, report_counts
@@ -35,7 +36,7 @@ FILES, ROWS = 4, 3000
 KILLS = int(os.environ.get("S3CH_VIEW_KILLS", "8"))
 #: Rows the target holds before a replace mode loads the files: 2024-03 is among the files' months (replaced; k9
 #: is in no file, so the view partitioned by k loses that partition), 2023-06 and 2025-01 are not (kept).
-OLD = [("2023-06-01", "k1", 7), ("2023-06-02", "k9", 5), ("2024-03-04", "k9", 11), ("2024-03-05", "k2", 13),
+OLD = [("2023-06-01", "k1", 7), ("2023-06-02", "k2", 5), ("2024-03-04", "k9", 11), ("2024-03-05", "k2", 13),
        ("2025-01-06", "k3", 17)]
 #: What each mode leaves, from the target holding OLD (append: from an empty target).
 HOW = ("append", "skip_loaded", "replace_partitions", "overwrite")
@@ -155,11 +156,12 @@ def test_the_replace_modes_recompute_every_view_from_the_table_they_leave(
         assert "recomputed through staging twins" in result["mode_reason"]
         assert contents(stack, t) == files["by_how"][mode], mode
         assert staging_left(stack) == []
-    ch = stack.clickhouse_client()
-    assert ch.execute(f"SELECT count() FROM {t}_byk WHERE k = 'k9'") == [(0,)]
+        ch = stack.clickhouse_client()
+        assert ch.execute(f"SELECT count() FROM {t}_byk WHERE k = 'k9'") == [(0,)]  # dropped
+        assert ch.execute(f"SELECT count() FROM {t}_sum WHERE m = 202501") == [(int(mode != "overwrite"),)]  # kept
 
 
-def test_views_a_recomputation_cannot_replay_refuse_the_replace_modes_and_leave_everything(
+def test_views_a_recomputation_cannot_replay_refuse_replace_partitions_and_leave_everything(
         stack: LocalStack, files: dict[str, Any]) -> None:
     t = new_target(stack, old=True)
     before = contents(stack, t)
@@ -169,10 +171,48 @@ def test_views_a_recomputation_cannot_replay_refuse_the_replace_modes_and_leave_
     ch = stack.clickhouse_client()
     ch.execute(f"CREATE TABLE {t}_at (k String, at DateTime) ENGINE = MergeTree ORDER BY k")
     ch.execute(f"CREATE MATERIALIZED VIEW {t}_mv_at TO {t}_at AS SELECT k, now() AS at FROM {t}")
-    for mode in ("replace_partitions", "overwrite"):
-        with pytest.raises(PlanError, match=r"cannot be recomputed exactly: materialized view .*_mv_at calls now\(\)"):
-            S3ToClickHouseOperator(task_id="load", **kwargs(files, t, mode)).execute(context_of("run-n", 1, None))
+    with pytest.raises(PlanError, match=r"cannot be recomputed exactly: materialized view .*_mv_at calls now\(\)"):
+        S3ToClickHouseOperator(task_id="load", **kwargs(files, t, "replace_partitions")).execute(
+            context_of("run-n", 1, None))
     assert contents(stack, t) == before
+    assert staging_left(stack) == []
+    # overwrite replays nothing: the insert feeds every view, now() included, as a plain insert would
+    S3ToClickHouseOperator(task_id="load", **kwargs(files, t, "overwrite")).execute(context_of("run-o", 1, None))
+    assert contents(stack, t) == files["by_how"]["overwrite"]
+    assert ch.execute(f"SELECT count() FROM {t}_at") == [(FILES * ROWS,)]
+    assert staging_left(stack) == []
+
+
+def _killed_at_the_mark(env: dict[str, str], args: dict[str, Any], run_id: str) -> None:
+    """In a forked worker: the load, SIGKILLed as it marks its staging table filled (the insert finished)."""
+    os.environ.update(env)
+    original = ClickHouseHook.execute
+
+    def execute(self: ClickHouseHook, sql: str, *a: Any, **k: Any) -> Any:
+        if sql.startswith(f"ALTER TABLE `default`.`{STAGING_PREFIX}") and "MODIFY COMMENT" in sql:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(self, sql, *a, **k)
+
+    ClickHouseHook.execute = execute  # type: ignore[method-assign]
+    S3ToClickHouseOperator(task_id="load", **args).execute(context_of(run_id, 1, None))
+
+
+def test_a_retry_after_a_view_was_dropped_leaves_none_of_its_staging(stack: LocalStack, files: dict[str, Any]) -> None:
+    """The worker dies once the insert fed every twin; a view is dropped before the retry, which brings in the
+    other views' copies and drops the gone view's twin and copy (it plans from the views there are now)."""
+    t = new_target(stack)
+    args, run_id = kwargs(files, t), f"run-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
+    worker = _FORKS.Process(target=_killed_at_the_mark, args=(env, args, run_id))
+    worker.start()
+    worker.join(300)
+    assert worker.exitcode == -signal.SIGKILL
+    assert any(name.startswith(STAGING_PREFIX) for name in staging_left(stack))
+    stack.clickhouse_client().execute(f"DROP VIEW {t}_mv_byk SYNC")
+    assert outcome(args, run_id, 2) == "done"
+    got, want = contents(stack, t), files["expected"]
+    assert {k: v for k, v in got.items() if k != "_byk"} == {k: v for k, v in want.items() if k != "_byk"}
+    assert got["_byk"] == (0, 0)  # dropped before the try that fed it published
     assert staging_left(stack) == []
 
 

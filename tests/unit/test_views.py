@@ -149,12 +149,12 @@ def test_replace_partitions_feeds_the_twins_through_a_null_table_and_drops_it_on
 @pytest.mark.parametrize(("mode", "rows", "why"), [
     ("replace_partitions", [table("raw", dependents=("db.mv",)), table("t"),
                             view("mv", "db.raw", "db.t", "SELECT k, now() AS at FROM db.raw")], "calls now()"),
-    ("overwrite", [table("raw", dependents=("db.mv",)), table("t"), table("dim"),
-                   view("mv", "db.raw", "db.t", "SELECT k FROM db.raw AS r LEFT JOIN db.dim AS d USING k")],
+    ("replace_partitions", [table("raw", dependents=("db.mv",)), table("t"), table("dim"),
+                            view("mv", "db.raw", "db.t", "SELECT k FROM db.raw AS r LEFT JOIN db.dim AS d USING k")],
      "reads db.dim too"),
-    ("overwrite", [table("raw", dependents=("db.mv",)), table("t"), view("mv", "db.raw", "db.t",
-                   "SELECT dictGetString('db.d', 'n', k) AS k FROM db.raw")], "calls dictGetString()"),
-    ("replace_partitions", [table("raw", dependents=("db.mv",)), table("t"), table("other", dependents=("db.o",)),
+    ("replace_partitions", [table("raw", dependents=("db.mv",)), table("t"), view("mv", "db.raw", "db.t",
+                            "SELECT dictGetString('db.d', 'n', k) AS k FROM db.raw")], "calls dictGetString()"),
+    ("overwrite", [table("raw", dependents=("db.mv",)), table("t"), table("other", dependents=("db.o",)),
                             view("mv", "db.raw", "db.t"), view("o", "db.other", "db.t")], "writes a view's target"),
     ("replace_partitions", [table("raw", dependents=("db.mv",))._replace(ttl=True), table("t"),
                             view("mv", "db.raw", "db.t")], "TTL"),
@@ -167,8 +167,9 @@ def test_views_that_cannot_be_recomputed_refuse_the_replace_modes(mode: str, row
     assert plan_steps("append", info, "0123456789abcdef0123").views  # append feeds them as they are
 
 
-def test_a_ttl_on_the_raw_table_does_not_refuse_overwrite() -> None:
-    rows = [table("raw", dependents=("db.mv",))._replace(ttl=True), table("t"), view("mv", "db.raw", "db.t")]
+def test_overwrite_replays_nothing_so_a_ttl_or_a_non_deterministic_view_does_not_refuse_it() -> None:
+    rows = [table("raw", dependents=("db.mv",))._replace(ttl=True), table("t"), table("dim"),
+            view("mv", "db.raw", "db.t", "SELECT k, now() AS at FROM db.raw LEFT JOIN db.dim USING k")]
     info = TableInfo(database="db", name="raw", engine="MergeTree", dependent_views=["db.mv"], view_rows=rows)
     assert plan_steps("overwrite", info, "0123456789abcdef0123").views
 
