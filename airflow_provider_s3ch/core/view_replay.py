@@ -96,8 +96,10 @@ def feed_sql(target: TableRef, staging: TableRef, replaced: Sequence[str]) -> li
     partitions, into the feed table."""
     feed = render_table(feed_table(staging))
     where = f" WHERE _partition_id NOT IN ({_ids(replaced)})" if replaced else ""
-    return [f"INSERT INTO {feed} SELECT * FROM {render_table(staging)}",
-            f"INSERT INTO {feed} SELECT * FROM {render_table(target)}{where}"]
+    # the table's own rows: a block may mix as many of its partitions as it holds, whatever the insert allows
+    settings = " SETTINGS max_partitions_per_insert_block = 0"
+    return [f"INSERT INTO {feed} SELECT * FROM {render_table(staging)}{settings}",
+            f"INSERT INTO {feed} SELECT * FROM {render_table(target)}{where}{settings}"]
 
 
 def raw_rows(target: TableRef, staging: TableRef, replaced: Sequence[str]) -> str:
