@@ -33,6 +33,7 @@ from typing import Any
 from airflow_provider_s3ch.compat import AIRFLOW_VERSION
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.live import LiveOptions, run_live
+from airflow_provider_s3ch.local.phases import PHASES
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "continuous_latency.json"
@@ -49,7 +50,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
         dag_file=ROOT / "example_dags" / "example_continuous.py", bucket=f"s3ch-bench-{mode}",
         table=f"default.continuous_{mode}", files=args.files, interval=args.interval, rows_per_file=args.rows_per_file,
         sqs=sqs, listing_poll=poll, report_every=args.report_every, drain_timeout=args.drain_timeout,
-        safety_net=args.safety_net,
+        safety_net=args.safety_net, batch_wait=args.batch_wait,
     )  # fmt: skip
     started = time.monotonic()
     with LocalStack(nodes=1, region="eu-west-3") as stack:
@@ -59,7 +60,7 @@ def run_mode(mode: str, args: argparse.Namespace) -> dict[str, Any]:
     goals = GOALS[mode]
     summary.update({
         "mode": mode, "watchers": "notification + listing" if sqs else "listing", "listing_poll_s": poll,
-        "safety_net": args.safety_net,
+        "safety_net": args.safety_net, "batch_wait_s": args.batch_wait,
         "interval_s": args.interval, "rows_per_file": args.rows_per_file, "clickhouse": version,
         "latencies_s": [round(x, 3) for x in result.latencies], "duration_s": round(time.monotonic() - started, 1),
         "goals": goals,
@@ -86,6 +87,21 @@ def table(modes: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def phase_table(modes: list[dict[str, Any]]) -> str:
+    """Where each mode's latency went (:mod:`airflow_provider_s3ch.local.phases`): per phase, p50 / p95 and its
+    share of the mean latency."""
+    lines = ["| mode | files | " + " | ".join(PHASES) + " | mean latency |",
+             "| --- | ---: | " + " | ".join("---:" for _ in PHASES) + " | ---: |"]
+    for m in modes:
+        ph = m.get("phases") or {}
+        if not ph.get("files"):
+            lines.append(f"| {m['mode']} | 0 | " + " | ".join("-" for _ in PHASES) + " | - |")
+            continue
+        cells = [f"{ph[p]['p50_s']:.2f} / {ph[p]['p95_s']:.2f} s ({ph[p]['mean_share']:.0%})" for p in PHASES]
+        lines.append(f"| {m['mode']} | {ph['files']} | " + " | ".join(cells) + f" | {ph['mean_latency_s']:.2f} s |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=300, help="files put in each mode (300)")
@@ -98,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the DAG's time schedule beside the asset (cron; every minute): it bounds the wait of "
                         "the last files' events, which reach no run until the next event or this schedule")  # fmt: skip
     parser.add_argument("--modes", default="sqs,listing", help="which modes, in order (sqs,listing)")
+    parser.add_argument("--batch-wait", type=float, default=0.0,
+                        help="sqs mode: the notification watcher's batch_wait, seconds (0)")  # fmt: skip
     parser.add_argument("--report-every", type=float, default=10.0, help="seconds between progress lines (10)")
     parser.add_argument("--drain-timeout", type=float, default=180.0,
                         help="after the last put, how long to wait for the files not loaded yet (180 s)")  # fmt: skip
@@ -116,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=2) + "\n")
     print("\n" + table(modes))
+    print("\nwhere the latency went, per phase: p50 / p95 (share of the mean latency)\n" + phase_table(modes))
     print(f"\nwritten: {args.out}")
     return 0 if all(m["exactly_once"] and not m["not_loaded_yet"] for m in modes) else 1
 

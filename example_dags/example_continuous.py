@@ -29,6 +29,7 @@ of ``s3ch-local up`` / ``s3ch-local live``):
 ``S3CH_CONTINUOUS_TABLE``          the target table (``default.landing_events``, created if missing)
 ``S3CH_CONTINUOUS_STRUCTURE``      the files' columns (``file UInt32, id UInt32, v String``)
 ``S3CH_CONTINUOUS_MAX_FILES``      the most files one insert reads (``max_files_per_load``, 1000)
+``S3CH_CONTINUOUS_BATCH_WAIT``     seconds the notification watcher gathers files after a first one (0)
 =================================  ==================================================================
 
 Connections: ``clickhouse_native_default`` and ``aws_default`` (its ``endpoint_url`` serves SQS too; on
@@ -61,6 +62,7 @@ SAFETY_NET = os.environ.get("S3CH_CONTINUOUS_SAFETY_NET", "*/10 * * * *")
 TABLE = os.environ.get("S3CH_CONTINUOUS_TABLE", "default.landing_events")
 STRUCTURE = os.environ.get("S3CH_CONTINUOUS_STRUCTURE", "file UInt32, id UInt32, v String")
 MAX_FILES = int(os.environ.get("S3CH_CONTINUOUS_MAX_FILES", "1000"))
+BATCH_WAIT = float(os.environ.get("S3CH_CONTINUOUS_BATCH_WAIT", "0"))
 
 watchers = [
     # The backstop: from its cursor (the keys carry their arrival time, so new keys sort last), the whole
@@ -69,7 +71,7 @@ watchers = [
                     full_listing_every=30),
 ]
 if QUEUE_URL:
-    watchers.insert(0, notification_watcher("landing_sqs", queue_url=QUEUE_URL, s3_uri=URI))
+    watchers.insert(0, notification_watcher("landing_sqs", queue_url=QUEUE_URL, s3_uri=URI, batch_wait=BATCH_WAIT))
 
 landing = Asset(name="s3ch_landing", uri=URI.rsplit("/", 1)[0] + "/", watchers=watchers)
 

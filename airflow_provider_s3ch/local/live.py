@@ -33,6 +33,7 @@ from clickhouse_driver.errors import Error as ClickHouseError
 
 from airflow_provider_s3ch.core.history import TAG_PREFIX
 from airflow_provider_s3ch.local.airflow import COMPONENTS, Airflow, wait_for
+from airflow_provider_s3ch.local.phases import from_servers
 from airflow_provider_s3ch.local.stack import LocalStack
 
 DAG_ID = "s3_to_clickhouse_continuous"
@@ -58,6 +59,7 @@ class LiveOptions:
     #: and after the last file there is none: docs/continuous.md)
     safety_net: str = "* * * * *"
     max_files_per_load: int = 1000
+    batch_wait: float = 0.0  #: the notification watcher's ``batch_wait``
     report_every: float = 5.0  #: seconds between two progress lines
     poll: float = 0.2  #: seconds between two looks at the table
     drain_timeout: float = 120.0  #: after the last put, how long to wait for the files still unloaded
@@ -85,6 +87,8 @@ class LiveResult:
     inserts: int = 0  #: inserts from S3 into ClickHouse (system.query_log)
     stopped_by: str | None = None  #: the signal that cut the run short
     drain_timed_out: bool = False  #: the wait for the last files ended (``drain_timeout``) with some not loaded
+    #: where the latency went, per phase (:mod:`airflow_provider_s3ch.local.phases`; its ``per_file`` left out here)
+    phases: dict[str, Any] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -106,6 +110,7 @@ class LiveResult:
             "p50_s": _round(self.percentile(50)), "p95_s": _round(self.percentile(95)),
             "max_s": _round(max(self.latencies) if self.latencies else None), "runs": self.runs,
             "inserts": self.inserts, "stopped_by": self.stopped_by, "drain_timed_out": self.drain_timed_out,
+            "phases": {k: v for k, v in self.phases.items() if k != "per_file"},
         }  # fmt: skip
 
 
@@ -152,14 +157,21 @@ class Tracker:
         self.options = options
         self.put_at: dict[int, float] = {}
         self.seen_at: dict[int, float] = {}
+        #: the same moments on the wall clock (epoch seconds), by key: Airflow's and ClickHouse's times are so
+        self.put_wall: dict[str, float] = {}
+        self.seen_wall: dict[str, float] = {}
         self.counts: dict[int, int] = {}
 
     def put(self, n: int) -> None:
         """Put file ``n``; its clock starts when ``put_object`` returns."""
         rows = self.options.rows_per_file
         body = "".join(f"{n},{n * 1_000_000 + i},v{i}\n" for i in range(rows)).encode()
-        self.s3.put_object(Bucket=self.options.bucket, Key=f"{self.options.prefix}f-{n:06d}.csv", Body=body)
+        self.s3.put_object(Bucket=self.options.bucket, Key=self.key(n), Body=body)
         self.put_at[n] = time.monotonic()
+        self.put_wall[self.key(n)] = time.time()
+
+    def key(self, n: int) -> str:
+        return f"{self.options.prefix}f-{n:06d}.csv"
 
     def look(self) -> None:
         """Read each file's row count; a file is readable once all its rows are. While the node is down (a
@@ -173,6 +185,7 @@ class Tracker:
         for n, count in self.counts.items():
             if count >= self.options.rows_per_file and n in self.put_at and n not in self.seen_at:
                 self.seen_at[n] = now
+                self.seen_wall[self.key(n)] = time.time()
 
     def waiting(self) -> list[int]:
         return [n for n in self.put_at if n not in self.seen_at]
@@ -207,6 +220,7 @@ def airflow_for(stack: LocalStack, home: Path, options: LiveOptions, queue_url: 
         "S3CH_CONTINUOUS_TABLE": options.table,
         "S3CH_CONTINUOUS_STRUCTURE": STRUCTURE,
         "S3CH_CONTINUOUS_MAX_FILES": str(options.max_files_per_load),
+        "S3CH_CONTINUOUS_BATCH_WAIT": str(options.batch_wait),
         "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         **options.airflow_env,
     }, dags_folder=dags)  # fmt: skip
@@ -365,6 +379,11 @@ def run_live(
         if stopped is None:
             settle(airflow)
         result.runs, result.inserts = count_runs_and_inserts(stack, airflow)
+        try:
+            result.phases = from_servers(stack.clickhouse_client(), airflow.db, options.table,
+                                         tracker.put_wall, tracker.seen_wall)
+        except Exception as exc:  # noqa: BLE001 - the account is a figure beside the run's; the run stands
+            say(f"the phase account could not be read: {exc}")
     result.put = len(tracker.put_at)
     result.loaded = len(tracker.seen_at)
     result.rows = sum(tracker.counts.values())

@@ -118,7 +118,8 @@ class S3NotificationEventTrigger(BaseEventTrigger):
     :param max_files_per_event: the most files one event names (at most
         :data:`~airflow_provider_s3ch.core.events.MAX_FILES_PER_EVENT`).
     :param batch_wait: seconds a batch keeps receiving after its first message, so that files landing close
-        together share an event; 0: only while receives come back full.
+        together share an event; 0 (the default): only while receives come back full, so a burst still makes
+        few events and a lone file's event is not held back (it was 1 s: 1 s of a lone file's latency).
     """
 
     def __init__(
@@ -133,7 +134,7 @@ class S3NotificationEventTrigger(BaseEventTrigger):
         max_messages: int = SQS_MAX_MESSAGES,
         visibility_timeout: int | None = None,
         max_files_per_event: int = MAX_FILES_PER_EVENT,
-        batch_wait: float = 1.0,
+        batch_wait: float = 0.0,
     ) -> None:
         super().__init__()
         with provider_errors():

@@ -11,7 +11,8 @@ from airflow_provider_s3ch.compat import AIRFLOW_3, AIRFLOW_VERSION
 from airflow_provider_s3ch.local.airflow import signals_held
 from airflow_provider_s3ch.local.cli import main
 from airflow_provider_s3ch.local.live import COLUMNS, LiveOptions, LiveResult, Tally, summary_lines, tally
-from bench.continuous import table
+from airflow_provider_s3ch.local.phases import PHASES
+from bench.continuous import phase_table, table
 
 OPTIONS = LiveOptions(dag_file=Path("example_dags/example_continuous.py"), rows_per_file=100, drain_timeout=120)
 
@@ -30,7 +31,7 @@ def test_summary_and_table_name_each_figure() -> None:
     assert summary == {"files_put": 3, "files_loaded": 3, "exactly_once": True, "not_loaded_yet": 0, "lost": 0,
                        "doubled": 0, "rows": 300, "p50_s": 2.0,
                        "p95_s": 9.87, "max_s": 9.87, "runs": {"asset_triggered/success": 2}, "inserts": 2,
-                       "stopped_by": None, "drain_timed_out": False}  # fmt: skip
+                       "stopped_by": None, "drain_timed_out": False, "phases": {}}  # fmt: skip
     row = {**summary, "mode": "sqs", "listing_poll_s": 300.0, "goals": {"p50_s": 10.0, "p95_s": 20.0},
            "meets_goals": True}  # fmt: skip
     text = table([row, {**row, "mode": "listing", "p95_s": 31.0, "goals": {"p95_s": 30.0}, "meets_goals": False}])
@@ -38,6 +39,11 @@ def test_summary_and_table_name_each_figure() -> None:
     assert lines[0].split()[:5] == ["mode", "poll", "put", "loaded", "unld"]
     assert lines[2].split()[:11] == ["sqs", "300s", "3", "3", "0", "yes", "2.0", "9.9", "9.9", "2", "2"]
     assert lines[2].endswith("p50 <= 10 s, p95 <= 20 s: met")
+    each = {"p50_s": 0.5, "p95_s": 1.0, "mean_share": 0.125}
+    phased = phase_table([{**row, "phases": {"files": 3, "mean_latency_s": 4.0, **dict.fromkeys(PHASES, each)}},
+                          {**row, "mode": "listing"}])
+    assert phased.splitlines()[2].startswith("| sqs | 3 | 0.50 / 1.00 s (12%) |")
+    assert phased.splitlines()[3] == "| listing | 0 | " + " | ".join("-" for _ in PHASES) + " | - |"
     assert lines[3].endswith("p95 <= 30 s: NOT met")
 
 
