@@ -96,6 +96,7 @@ def _exactly_once(tracker: Tracker, rows_per_file: int) -> dict[str, Any]:
 def batching(args: argparse.Namespace) -> dict[str, Any]:
     rows = args.batch_rows
     options = LiveOptions(dag_file=DAG_FILE, bucket="s3ch-bench-batching", table="default.continuous_batching",
+                          batch_wait=args.batch_wait,
                           rows_per_file=rows, sqs=True, listing_poll=300.0, safety_net=args.safety_net,
                           max_files_per_load=1000, queue="s3ch-bench-batching")
     with LocalStack(nodes=1, region="eu-west-3") as stack, tempfile.TemporaryDirectory(prefix="s3ch-bench-") as home:
@@ -125,7 +126,7 @@ def batching(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             airflow.stop()
     new_runs = {k: v - before.get(k, 0) for k, v in runs.items() if v - before.get(k, 0)}
-    return {"scenario": "batching", "files": args.batch_files, "rows_per_file": rows,
+    return {"scenario": "batching", "batch_wait_s": args.batch_wait, "files": args.batch_files, "rows_per_file": rows,
             "file_bytes": len(f"{args.batch_files},{args.batch_files * 1_000_000 + rows},v{rows}\n") * rows,
             "landed_in_s": round(landed, 1), "put_threads": args.batch_threads,
             "max_files_per_load": options.max_files_per_load,
@@ -202,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--safety-net", default="0 * * * *",
                         help="the DAG's time schedule beside the asset (hourly: the runs counted are the events')")
     parser.add_argument("--seed", type=int, default=43)
+    parser.add_argument("--batch-wait", type=float, default=0.0, help="batching: the notification watcher's batch_wait")
     parser.add_argument("--drain-timeout", type=float, default=300.0)
     parser.add_argument("--note", default="")
     parser.add_argument("--out", type=Path, default=OUT)

@@ -98,12 +98,7 @@ def files(stack: LocalStack) -> Iterator[dict[str, Any]]:
         s3.put_object(Bucket=BUCKET, Key=f"{prefix}/f{n}.csv", Body="\n".join(lines).encode())
     expected = {}
     for how, rows in (("append", ""), ("replace_partitions", old_rows(keep=True))):
-        ref = f"default.vref_{uuid.uuid4().hex[:6]}"
-        ch = stack.clickhouse_client()
-        for ddl in tables_ddl(ref):
-            ch.execute(ddl)
-        if rows:
-            ch.execute(f"INSERT INTO {ref} VALUES {rows}")
+        ref, ch = new_target(stack, rows, prefix="vref"), stack.clickhouse_client()
         ch.execute(f"INSERT INTO {ref} SELECT * FROM s3('{stack.s3_endpoint}/{BUCKET}/{prefix}/*.csv', "
                    f"'{stack.s3_access_key}', '{stack.s3_secret_key}', 'CSV', '{STRUCTURE}')")
         expected[how] = contents(stack, ref)
@@ -112,14 +107,14 @@ def files(stack: LocalStack) -> Iterator[dict[str, Any]]:
     report_counts("Loads into a table with views, killed and retried", STATS, "S3CH_VIEW_KILLS_REPORT")
 
 
-def new_target(stack: LocalStack, *, old: bool = False) -> str:
-    """A raw table and its views; ``old``: holding OLD, inserted as users do (the views fed by ClickHouse)."""
-    t = f"default.vw_{uuid.uuid4().hex[:8]}"
+def new_target(stack: LocalStack, rows: str = "", prefix: str = "vw") -> str:
+    """A raw table and its views, holding ``rows`` (VALUES), inserted as users do (the views fed by ClickHouse)."""
+    t = f"default.{prefix}_{uuid.uuid4().hex[:8]}"
     ch = stack.clickhouse_client()
     for ddl in tables_ddl(t):
         ch.execute(ddl)
-    if old:
-        ch.execute(f"INSERT INTO {t} VALUES {old_rows()}")
+    if rows:
+        ch.execute(f"INSERT INTO {t} VALUES {rows}")
     return t
 
 
@@ -151,7 +146,7 @@ def test_the_replace_modes_recompute_every_view_from_the_table_they_leave(
     top), the others are kept (2023, 2025), a partition no row reaches any more is dropped (k9); overwrite: each
     view's target holds what its view makes of the files."""
     for mode in ("replace_partitions", "overwrite"):
-        t = new_target(stack, old=True)
+        t = new_target(stack, old_rows())
         result = S3ToClickHouseOperator(task_id="load", **kwargs(files, t, mode)).execute(context_of("run-r", 1, None))
         assert "recomputed through staging twins" in result["mode_reason"]
         assert contents(stack, t) == files["by_how"][mode], mode
@@ -163,7 +158,7 @@ def test_the_replace_modes_recompute_every_view_from_the_table_they_leave(
 
 def test_views_a_recomputation_cannot_replay_refuse_replace_partitions_and_leave_everything(
         stack: LocalStack, files: dict[str, Any]) -> None:
-    t = new_target(stack, old=True)
+    t = new_target(stack, old_rows())
     before = contents(stack, t)
     with pytest.raises(PlanError, match="skip_loaded=True with mode='replace_partitions'"):
         S3ToClickHouseOperator(task_id="load", **kwargs(files, t, "replace_partitions", skip_loaded=True)).execute(
@@ -231,7 +226,7 @@ def test_a_load_killed_at_a_statement_and_retried_feeds_every_view_once(
     """The worker or the node SIGKILLed at the load's ``die_at``-th statement (or ``in_flight_ms`` after it was
     sent); the retry (try 2, a third when the node was still starting) ends with every table as ClickHouse's own
     insert made it, and no staging table, twin or copy left."""
-    t = new_target(stack, old=how in ("replace_partitions", "overwrite"))
+    t = new_target(stack, old_rows() if how in ("replace_partitions", "overwrite") else "")
     extra = {"skip_loaded": True, "ledger_table": f"vl_{t.split('_')[-1]}"} if how == "skip_loaded" else {}
     mode = how if how in ("replace_partitions", "overwrite") else "append"
     args, run_id = kwargs(files, t, mode, **extra), f"run-{uuid.uuid4().hex[:8]}"
