@@ -81,13 +81,14 @@ def replay_problem(mode: str, target: TableRef, staged: Sequence[StagedView], ro
 def _order_problem(staged: Sequence[StagedView]) -> str | None:
     """A copy read before every view writing it is listed, or a ``Null`` link with several writers: the
     partitions a view reaches are computed in the plan's order, each from its source's."""
-    seen: set[str] = set()
-    for one in staged:
-        if one.source.name in {c.staging.name for c in staged} and one.source.name not in seen:
+    last_writer = {one.staging.name: i for i, one in enumerate(staged)}
+    read = {one.source.name for one in staged}
+    for i, one in enumerate(staged):
+        if last_writer.get(one.source.name, -1) > i:
             return f"materialized view {one.view} reads a table that views at several depths write"
-        if not one.moves and sum(1 for c in staged if c.staging.name == one.staging.name) > 1:
+        writers = sum(1 for c in staged if c.staging.name == one.staging.name)
+        if not one.moves and writers > 1 and one.staging.name in read:
             return f"several views write the Null table {one.target}, which other views read"
-        seen.add(one.staging.name)
     return None
 
 

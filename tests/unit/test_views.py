@@ -167,6 +167,16 @@ def test_views_that_cannot_be_recomputed_refuse_the_replace_modes(mode: str, row
     assert plan_steps("append", info, "0123456789abcdef0123").views  # append feeds them as they are
 
 
+def test_replace_partitions_refuses_a_null_link_several_views_write_and_read_by_another() -> None:
+    rows = [table("raw", dependents=("db.v1", "db.v2")), table("mid", "Null", ("db.v3",)), table("top"),
+            view("v1", "db.raw", "db.mid"), view("v2", "db.raw", "db.mid"), view("v3", "db.mid", "db.top")]
+    info = TableInfo(database="db", name="raw", engine="MergeTree", dependent_views=["db.v1", "db.v2"], view_rows=rows)
+    with pytest.raises(PlanError, match="several views write the Null table db.mid"):
+        plan_steps("replace_partitions", info, "0123456789abcdef0123")
+    alone = [r._replace(dependents=[]) if r.name == "mid" else r for r in rows if r.name not in ("v3", "top")]
+    assert plan_steps("replace_partitions", info.model_copy(update={"view_rows": alone}), "0123456789abcdef0123")
+
+
 def test_overwrite_replays_nothing_so_a_ttl_or_a_non_deterministic_view_does_not_refuse_it() -> None:
     rows = [table("raw", dependents=("db.mv",))._replace(ttl=True), table("t"), table("dim"),
             view("mv", "db.raw", "db.t", "SELECT k, now() AS at FROM db.raw LEFT JOIN db.dim USING k")]
