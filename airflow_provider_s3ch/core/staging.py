@@ -25,8 +25,6 @@ from airflow_provider_s3ch.core.sql import (
 )
 from airflow_provider_s3ch.core.views import StagedView, abandon_views_sql, copies, prepare_view_sql
 
-#: Why a shard's partition is dropped under ``replace_partitions``.
-_NOT_ON_SHARD = "none of their rows is on this shard now"
 #: Partition commands per ``ALTER`` (one round trip each; a statement well inside ``max_query_size``).
 PARTITIONS_PER_ALTER = 100
 
@@ -176,6 +174,7 @@ def finalize_statements(
     mark: FilledMark | None = None,
     rebuild: RebuildSource | None = None,
     drop: Sequence[str] = (),
+    drop_why: str = "none of their rows is on this shard now",
 ) -> FinalizePlan:
     """What brings the staging table's rows into the target; idempotent, so a retry can resume it.
 
@@ -197,6 +196,7 @@ def finalize_statements(
     :param rebuild: ``replace`` from this rebuilt table instead of the staging table (dropped before it).
     :param drop: ``replace`` on a shard: the partition ids the load brought on other shards and not on this
         one, dropped here (their rows on this shard are replaced by none).
+    :param drop_why: what the log line says of the dropped partitions.
     """
     staging, target = _staging(steps), steps.target
     if steps.finalize == "exchange":
@@ -232,7 +232,7 @@ def finalize_statements(
             out.append(Statement(render_move_partitions(staging, target, ids), _moved("Moved", values)))
         else:
             out.append(Statement(render_replace_partitions(target, staging, ids, dropped),
-                                 _moved("Replaced", values, dropped, _NOT_ON_SHARD)))
+                                 _moved("Replaced", values, dropped, drop_why)))
     out.append(Statement(render_drop_table(staging), ""))
     return FinalizePlan(steps=out, partitions=[value for _, value in staging_partitions])
 
@@ -252,17 +252,18 @@ def publish_views(views: Sequence[StagedView], parts: Mapping[str, Sequence[tupl
                               reason=f"the staging copy of the target of view {one.view}")
             plan = finalize_statements(steps, staging_comment="", target_comment=None, staging_partitions=held)
         elif one.staging.name in affected:
-            ids = list(affected[one.staging.name])
+            ids, have = set(affected[one.staging.name]), {pid for pid, _ in held}
             steps = LoadSteps(mode="replace_partitions", target=one.target, staging=one.staging, finalize="replace",
                               reason=f"the staging copy of the target of view {one.view}")
             plan = finalize_statements(steps, staging_comment="", target_comment=None,
                                        staging_partitions=[(pid, v) for pid, v in held if pid in ids],
-                                       drop=[pid for pid in ids if pid not in {p for p, _ in held}])
+                                       drop=[pid for pid in affected[one.staging.name] if pid not in have],
+                                       drop_why="the view makes none of their rows now")
         else:
             plan = FinalizePlan(steps=[Statement(render_drop_table(one.staging), "")])
         view = f"View {one.view.database}.{one.view.name} into {one.target}"
-        out += [step._replace(note=f"{view}: {step.note[:1].lower()}{step.note[1:]}".replace(
-            _NOT_ON_SHARD, "the view makes none of their rows now")) if step.note else step for step in plan.steps]
+        out += [step._replace(note=f"{view}: {step.note[:1].lower()}{step.note[1:]}") if step.note else step
+                for step in plan.steps]
     return out
 
 

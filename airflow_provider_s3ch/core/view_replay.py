@@ -26,9 +26,6 @@ from airflow_provider_s3ch.core.server_models import ViewRow
 from airflow_provider_s3ch.core.sql import quote_literal, render_table
 from airflow_provider_s3ch.core.views import (
     _QUALIFIED,
-    _UNSAFE_CALLS,
-    AFFECTED,
-    FEED_SUFFIX,
     StagedView,
     _code,
     _name,
@@ -37,6 +34,18 @@ from airflow_provider_s3ch.core.views import (
     copies,
 )
 
+#: What the feed table's name adds to the staging table's (``replace_partitions``: the raw table as it will be
+#: is fed through the twins); not a hex digit, so no twin's or copy's tag ends so.
+FEED_SUFFIX = "n"
+#: A staging copy's comment under the replace modes: the partition ids of the view's target it replaces (those
+#: the copy lacks are dropped), written before the staging table is marked filled.
+AFFECTED = "s3ch-affected:"
+#: Calls whose result a replay computes anew (time, randomness, the block, other tables' contents): a view
+#: that makes them cannot be recomputed to what it held.
+_UNSAFE_CALLS = re.compile(
+    r"\b(now|now64|nowInBlock|today|yesterday|rand\w*|generateUUIDv\d|generateULID|generateSnowflakeID|"
+    r"currentUser|hostName|uptime|dictGet\w*|dictHas|joinGet\w*|rowNumberInBlock|blockNumber|neighbor|"
+    r"runningAccumulate|runningDifference\w*|randomString\w*|fuzzBits|file|url|s3\w*|remote\w*)\s*\(", re.I)
 #: Settings of the reads below: ``*`` includes the columns a view may compute from (MATERIALIZED, ALIAS).
 _ASTERISK = " SETTINGS asterisk_include_materialized_columns = 1, asterisk_include_alias_columns = 1"
 

@@ -29,7 +29,6 @@ from airflow_provider_s3ch.core.staging import (
     leftover_drops,
     mode_text,
     publish_views,
-    view_leftovers_sql,
 )
 from airflow_provider_s3ch.core.view_replay import (
     affected_comment,
@@ -53,7 +52,7 @@ from airflow_provider_s3ch.load.insert import run_statements
 from airflow_provider_s3ch.load.ledger import LedgerRun
 from airflow_provider_s3ch.load.rebuild import StagingRead, before_finalize
 from airflow_provider_s3ch.load.report import Loaded, LoadEnd, LoadReport, build_report
-from airflow_provider_s3ch.load.statements import not_moved_yet
+from airflow_provider_s3ch.load.statements import not_moved_yet, views_left
 
 
 class Inserted(NamedTuple):
@@ -229,9 +228,8 @@ class Completion:
     def _drop_leftovers(self, staging: TableRef) -> None:
         """What is left of an earlier try's views' staging once this load's own is gone: the twins and copies of
         views that no longer read the target (a retry plans from the views there are now)."""
-        left = [TableRef(database=staging.database, name=r[0]) for r in self.hook.execute(
-            *view_leftovers_sql(staging))]
-        run_statements(self.hook, leftover_drops(staging, left, "the staging of a view that is gone"), self.log)
+        run_statements(self.hook, leftover_drops(staging, views_left(self.hook, staging),
+                                                 "the staging of a view that is gone"), self.log)
 
     def _publish_views(self, steps: LoadSteps, *, inserted_now: bool) -> None:
         """The views' staging copies into the views' targets, each dropped after its moves (or replaces); a retry

@@ -12,14 +12,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from airflow_provider_s3ch.core.deferral import DeferredLoad
-from airflow_provider_s3ch.core.models import LoadPlan, SettingValue, TableRef
+from airflow_provider_s3ch.core.models import LoadPlan, SettingValue
 from airflow_provider_s3ch.core.plan.shrink import STEPS, StepName, changed, smaller
 from airflow_provider_s3ch.core.plan.shrink import step as shrink_step
 from airflow_provider_s3ch.core.recovery import LoadSteps, QueryId
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, render_insert
-from airflow_provider_s3ch.core.staging import abandon_statements, prepare_statements, view_leftovers_sql
+from airflow_provider_s3ch.core.staging import abandon_statements, prepare_statements
 from airflow_provider_s3ch.errors import ClickHouseUnavailableError, QueryMemoryLimitError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.http_insert import start_insert_http
@@ -27,7 +27,7 @@ from airflow_provider_s3ch.hooks.query_log import QueryLog, kill_query
 from airflow_provider_s3ch.hooks.server import table_comment
 from airflow_provider_s3ch.load import shards
 from airflow_provider_s3ch.load.report import DeferLoad
-from airflow_provider_s3ch.load.statements import run_statements
+from airflow_provider_s3ch.load.statements import run_statements, views_left
 
 #: How long a failed load waits for its query to leave ``system.processes`` before it drops its staging table.
 ABANDON_WAIT_SECONDS = 10.0
@@ -93,8 +93,7 @@ class Inserter:
             # A first try's staging table cannot be there (the name holds the try's stem): no read to say so.
             comment = table_comment(self.hook, steps.staging) if query_id.try_number > 1 else None
             swapped = comment is not None and steps.finalize == "exchange"  # an earlier try's swap may be unfinished
-            leftovers = [TableRef(database=steps.staging.database, name=r[0]) for r in self.hook.execute(
-                *view_leftovers_sql(steps.staging))] if query_id.try_number > 1 and steps.views else []
+            leftovers = views_left(self.hook, steps.staging) if query_id.try_number > 1 and steps.views else []
             run_statements(self.hook, prepare_statements(
                 steps, staging_exists=comment is not None, staging_comment=comment,
                 target_comment=table_comment(self.hook, steps.target) if swapped else None, leftovers=leftovers),

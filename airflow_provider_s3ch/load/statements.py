@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from airflow_provider_s3ch.core.models import TableRef
 from airflow_provider_s3ch.core.sql import parseable
-from airflow_provider_s3ch.core.staging import Statement
+from airflow_provider_s3ch.core.staging import Statement, view_leftovers_sql
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.server import moved_already
 
@@ -45,3 +45,8 @@ def not_moved_yet(hook: ClickHouseHook, tables: tuple[TableRef, TableRef], parts
         log.warning("%sPartition(s) %s of %s are in %s already (a move cut short by a crash of the server): not "
                     "moved again", f"On {node}: " if node else "", ", ".join(sorted(already)), staging, target)
     return [p for p in parts if p[0] not in already]
+
+
+def views_left(hook: ClickHouseHook, staging: TableRef) -> list[TableRef]:
+    """The views' staging twins, feed table and copies of ``staging`` that exist (an earlier try's)."""
+    return [TableRef(database=staging.database, name=str(r[0])) for r in hook.execute(*view_leftovers_sql(staging))]
