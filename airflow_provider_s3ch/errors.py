@@ -163,6 +163,12 @@ class ClickHouseAuthError(S3chTerminalError):
 class ClickHouseQueryError(S3chTerminalError):
     """ClickHouse rejected the statement or the data (syntax, types, parsing): the same load fails again."""
 
+    def __init__(self, *args: object, bad_file: str | None = None) -> None:
+        super().__init__(*args)
+        #: The file (``bucket/key``) whose data the server could not read (a parse, decompress or format error
+        #: that names it); None for any other error.
+        self.bad_file = bad_file
+
 
 class QueryMemoryLimitError(ClickHouseQueryError):
     """The load hit its own memory limit (``max_memory_usage``, the task's ``memory_cap``): the same plan fails

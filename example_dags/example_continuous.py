@@ -99,5 +99,6 @@ with DAG(
         skip_loaded=True,  # the ledger decides what is new: an event is a hint
         files_from="events",  # the files the run's events name; a run no event triggered lists the glob
         skip_when_empty=True,  # events that name only loaded files: the run ends as skipped
+        on_bad_file="set_aside",  # a file the server cannot parse is recorded and left out; the others load
         max_files_per_load=MAX_FILES,
     )

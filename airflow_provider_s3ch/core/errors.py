@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-from airflow_provider_s3ch.core.rows_out import quotes_data, without_rows
+from airflow_provider_s3ch.core.rows_out import named_file, quotes_data, without_rows
 
 
 class CoreError(Exception):
@@ -109,6 +109,7 @@ SERVER_ERRORS: dict[int, ServerErrorClass] = {
     170: ServerErrorClass("terminal", "an unknown cluster"),
     318: ServerErrorClass("terminal", "a bad setting value"),
     349: ServerErrorClass("terminal", "NULL in a non-Nullable column"),
+    354: ServerErrorClass("terminal", "a file cannot be decompressed (truncated, or not of its compression)"),
     377: ServerErrorClass("terminal", "the server does not support that"),
     386: ServerErrorClass("terminal", "no common type for the values"),
     457: ServerErrorClass("terminal", "a setting value is out of range or of the wrong type"),
@@ -161,6 +162,10 @@ SERVER_ERRORS: dict[int, ServerErrorClass] = {
         "(MEMORY_RESERVATION_ACQUISITION_TIMEOUT)",
     ),
 }
+
+#: The codes of a file's data the server cannot read (parse, decompress, the format's structure): with the file it
+#: names (``in file/uri``), such an error is the file's own, and ``on_bad_file='set_aside'`` sets the file aside.
+DATA_ERROR_CODES = frozenset({6, 26, 27, 32, 33, 38, 41, 70, 72, 117, 349, 354})
 
 #: ``MEMORY_LIMIT_EXCEEDED`` (241) covers two cases the message tells apart. The query's own
 #: limit (``max_memory_usage``, the task's ``memory_cap``) is hit again by the same load with
@@ -263,6 +268,18 @@ def classify_server_error(code: int | None, message: str = "") -> ServerErrorCla
     if code is None:
         return ServerErrorClass("transient", "no error code")
     return SERVER_ERRORS.get(code, ServerErrorClass("transient", f"error code {code} is not classified"))
+
+
+def bad_file(code: int | None, message: str) -> str | None:
+    """The file (``bucket/key``) a server error says it could not read as data, or None: an error of another
+    kind, or one that names no file.
+
+    :param code: the server's error code.
+    :param message: the server's message.
+    """
+    if code not in DATA_ERROR_CODES:
+        return None
+    return named_file(message)
 
 
 def server_text(text: object) -> str:

@@ -86,7 +86,8 @@ def shown(keys: Sequence[str]) -> list[str]:
 def summary(
     ledger: TableRef, selection: Selection, *, load_id: str, lost: Sequence[S3Object] = (),
     committed: Sequence[LedgerRow] = (), claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
-    gone: Sequence[str] = (), overwritten: Sequence[str] = (),
+    gone: Sequence[str] = (), overwritten: Sequence[str] = (), set_aside: Sequence[Mapping[str, str]] = (),
+    set_aside_before: Sequence[str] = (),
 ) -> dict[str, object]:
     """The XCom's ``ledger`` entry: counts of every outcome, and the first keys of each (JSON-safe).
 
@@ -100,6 +101,8 @@ def summary(
         out, nothing recorded loaded for them.
     :param overwritten: keys overwritten after the run's listing and before their chunk's insert: left out
         (their claims released) for the next look to load as the version they are then.
+    :param set_aside: the files this load set aside (``on_bad_file='set_aside'``): key, ETag, the server's error.
+    :param set_aside_before: listed keys whose version an earlier load set aside: left out.
     """
     claimed = [*selection.skipped_claimed, *(o.key for o in lost)]
     recovered = [r.key for r in committed]
@@ -124,6 +127,10 @@ def summary(
         "gone_keys": shown(gone),
         "overwritten": len(overwritten),
         "overwritten_keys": shown(overwritten),
+        "set_aside": len(set_aside),
+        "set_aside_files": [dict(f) for f in set_aside[:KEYS_SHOWN]],
+        "set_aside_before": len(set_aside_before),
+        "set_aside_before_keys": shown(set_aside_before),
         "keys_shown": KEYS_SHOWN,
         "claim_timeout": claim_timeout,
         "chunks": selection.chunks,
@@ -146,4 +153,5 @@ def summary_line(s: Mapping[str, object]) -> str:
             f"held by another load, {s['skipped_changed']} changed; {s['recovered']} recovered"
             + (f"; {s['gone']} gone from S3" if s.get("gone") else "")
             + (f"; {s['overwritten']} overwritten before their insert" if s.get("overwritten") else "")
+            + (f"; {s['set_aside_before']} set aside earlier" if s.get("set_aside_before") else "")
             + (" (a retry: the files its earlier try held)" if s["retry"] else ""))

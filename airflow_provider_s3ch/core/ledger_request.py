@@ -25,6 +25,11 @@ def check_request(request: LoadRequest) -> None:
     :raises InvalidRequestError: a combination that cannot work, or a malformed ``ledger_table``.
     """
     if not request.skip_loaded:
+        if request.on_bad_file == "set_aside":
+            raise InvalidRequestError(
+                "on_bad_file='set_aside' needs skip_loaded=True: the file ledger remembers the files set aside, so "
+                "that later runs leave them out; set skip_loaded=True, or on_bad_file='fail'"
+            )
         if request.chunked:
             raise InvalidRequestError(
                 "max_files_per_load / max_bytes_per_load need skip_loaded=True: the file ledger records which "

@@ -114,18 +114,72 @@ def ledger_engine_problem(engine: str, engine_full: str) -> str | None:
 
 def render_ledger_table(ledger: TableRef) -> tuple[str, dict[str, object]]:
     """What an existing ledger table is: its engine, its engine clause (:func:`ledger_engine_problem` takes both),
-    whether it has the :data:`PARTITIONS_COLUMN` and whether its heartbeat table exists (1 or 0 each); no row
-    when the table does not exist. The statement and its parameters.
+    whether it has the :data:`PARTITIONS_COLUMN`, whether its heartbeat table exists and whether its table of files
+    set aside exists (1 or 0 each); no row when the table does not exist. The statement and its parameters.
 
     :param ledger: the ledger table (its database named).
     """
     return (
         "SELECT engine, engine_full, (SELECT count() FROM system.columns WHERE database = %(d)s AND table = %(t)s "
         f"AND name = '{PARTITIONS_COLUMN}'), (SELECT count() FROM system.tables WHERE database = %(d)s "
-        "AND name = %(h)s) FROM system.tables WHERE database = %(d)s AND name = %(t)s",
-        {"d": ledger.database, "t": ledger.name, "h": heartbeat_ref(ledger).name},
+        "AND name = %(h)s), (SELECT count() FROM system.tables WHERE database = %(d)s AND name = %(s)s) "
+        "FROM system.tables WHERE database = %(d)s AND name = %(t)s",
+        {"d": ledger.database, "t": ledger.name, "h": heartbeat_ref(ledger).name, "s": set_aside_ref(ledger).name},
     )
 
+
+# ---------------------------------------------------------------------- files set aside
+
+#: The table of files set aside (``on_bad_file='set_aside'``): the ledger's name and this suffix, in its database.
+SET_ASIDE_SUFFIX = "_set_aside"
+
+#: The most characters of a file's error kept in the table.
+SET_ASIDE_ERROR_CHARS = 2000
+
+
+def set_aside_ref(ledger: TableRef) -> TableRef:
+    """The ledger's table of files set aside: one row per file version a load could not read as data."""
+    return TableRef(database=ledger.database, name=f"{ledger.name}{SET_ASIDE_SUFFIX}")
+
+
+def render_create_set_aside(ledger: TableRef) -> str:
+    """``CREATE TABLE IF NOT EXISTS`` of the table of files set aside; a row deleted from it is loaded again."""
+    return f"""CREATE TABLE IF NOT EXISTS {render_table(set_aside_ref(ledger))}
+(
+    `table` String COMMENT 'the target, database.name',
+    `bucket` String,
+    `key` String,
+    `etag` String COMMENT 'the version set aside: another ETag (the file put again) is loaded',
+    `size` UInt64,
+    `load_id` String COMMENT 'the load that set it aside',
+    `query_id` String COMMENT 'the insert that failed on it',
+    `error` String COMMENT 'what the server said of the file (without its rows)',
+    `set_aside_at` DateTime64(6, 'UTC') DEFAULT now64(6)
+)
+ENGINE = ReplacingMergeTree(set_aside_at)
+ORDER BY (`table`, `bucket`, `key`, `etag`)
+COMMENT 's3ch files set aside: versions the server could not read as data; delete a row to load it again'"""
+
+
+def render_read_set_aside(ledger: TableRef, files_table: str) -> str:
+    """The versions of the target and bucket set aside, of the keys in the external table ``files_table``: key,
+    ETag and the error. Parameters: ``t``, ``b``."""
+    return (
+        f"SELECT key, etag, argMax(error, set_aside_at) FROM {render_table(set_aside_ref(ledger))} "
+        f"WHERE `table` = %(t)s AND bucket = %(b)s AND key IN (SELECT key FROM {quote_identifier(files_table)}) "
+        "GROUP BY key, etag"
+    )
+
+
+def render_write_set_aside(ledger: TableRef) -> str:
+    """``INSERT`` of one file set aside (the driver's rows: table, bucket, key, etag, size, load_id, query_id,
+    error)."""
+    return (f"INSERT INTO {render_table(set_aside_ref(ledger))} "
+            "(`table`, bucket, key, etag, size, load_id, query_id, error) VALUES")
+
+
+#: Settings of the ledger's writes: every state row is stored and visible when the INSERT returns.
+WRITE_SETTINGS = {"insert_deduplicate": 0, "async_insert": 0}
 
 #: The columns a state row is written with (``claimed_at`` too for a state after a claim).
 WRITE_COLUMNS = ("table", "bucket", "key", "etag", "size", "last_modified", "chunk", "load_id", "query_id", "state",

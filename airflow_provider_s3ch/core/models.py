@@ -29,6 +29,7 @@ SchemaPolicy = Literal["strict", "ignore_extra", "warn", "off"]
 CreateTable = Literal["never", "if_missing"]
 SchemaChange = Literal["fail", "add_columns", "ignore_extra"]
 OnChanged = Literal["reload", "skip", "fail"]
+OnBadFile = Literal["fail", "set_aside"]
 SettingValue = int | float | str
 
 #: The range of a numeric setting: ClickHouse's settings are Int64, UInt64 or Float64, and a value
@@ -133,6 +134,9 @@ class LoadRequest(BaseModel):
     #: With ``skip_loaded``: what a file whose ETag differs from the loaded version's is: loaded again
     #: (``reload``), left out (``skip``) or an error (``fail``).
     on_changed: OnChanged = "fail"
+    #: With ``skip_loaded``: a file whose data the server cannot read fails the load (``fail``), or is set aside in
+    #: the ledger and the load goes on without it (``set_aside``, docs/ledger.md#bad-files).
+    on_bad_file: OnBadFile = "fail"
     #: With ``skip_loaded``: the ledger table, ``database.name`` or ``name`` (in the target's database);
     #: None: ``<target database>._s3ch_ledger``.
     ledger_table: str | None = None

@@ -22,6 +22,9 @@ _ROW = re.compile(r"\(at row (\d+)\)")
 _KEY = re.compile(r"\(while reading the value of key ([A-Za-z0-9_.$-]+)\)")
 _COLUMN = re.compile(r"^Column (\d+),\s+name: (.+?),\s+type: (.+?),\s+(?:parsed text: .*)?ERROR", re.M)
 _FILE = re.compile(r"\(in file/uri ([^)\s]+)\)")
+#: The file a server error was reading, whatever its key holds (spaces, parentheses): up to the ``): `` that
+#: follows it.
+_NAMED_FILE = re.compile(r"\(in file/uri (.+?)\)(?:: |$)", re.M)
 #: Parquet and other typed readers: ``Cannot parse string '<value>' as UInt64 … column: n:``.
 _STRING_AS = re.compile(r"Cannot parse string '(?:[^'\\]|\\.)*' as ([\w(), ]+?)(?::|$)", re.M)
 _QUOTED = re.compile(r"'(?:[^'\\]|\\.)*'")
@@ -78,14 +81,20 @@ def without_rows(text: str) -> tuple[str, ParsePoint]:
     return message, ParsePoint(file=file.group(1) if file else None, row=int(row.group(1)) if row else None)
 
 
-def data_fix(text: str, endpoint_url: str | None) -> str | None:
-    """The fix for a terminal error that quotes the file's data: None for any other error.
+def named_file(text: str) -> str | None:
+    """The file (``bucket/key``) a server error names as the one it was reading (``(in file/uri …)``), or None."""
+    found = _NAMED_FILE.search(text)
+    return found.group(1) if found else None
+
+
+def data_fix(text: str, endpoint_url: str | None) -> str:
+    """The fix for a terminal error: for one that quotes the file's data, how to see the rows.
 
     :param text: the server's message.
     :param endpoint_url: the S3 endpoint as ClickHouse reaches it; None on AWS.
     """
     if not quotes_data(text):
-        return None
+        return "fix the statement or the data"
     _, point = without_rows(text.split("Stack trace:")[0])
     return f"fix the data; {see_rows(point, endpoint_url)}"
 

@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from airflow_provider_s3ch import NATIVE_CONN_TYPE
 from airflow_provider_s3ch.compat import ConnectionForm
-from airflow_provider_s3ch.core.errors import classify_server_error, is_query_memory_limit, server_text
+from airflow_provider_s3ch.core.errors import bad_file, classify_server_error, is_query_memory_limit, server_text
 from airflow_provider_s3ch.core.rows_out import data_fix, quotes_data
 from airflow_provider_s3ch.core.server_models import ClusterNode
 from airflow_provider_s3ch.core.server_sql import TEST_CONNECTION_SQL, WHO_AM_I_SQL
@@ -261,9 +261,9 @@ class ClickHouseHook(ConnectionForm, DbApiHook):
             return S3AccessDeniedError(message)
         if kind == "terminal" and is_query_memory_limit(code, raw):
             return QueryMemoryLimitError(f"{message}; retrying with the same plan would fail the same way")
-        if kind == "terminal":
-            fix = data_fix(raw, self.s3_endpoint_url) or "fix the statement or the data"
-            return ClickHouseQueryError(f"{message}; retrying would fail the same way: {fix}")
+        if kind == "terminal":  # the file whose data the server could not read is named (on_bad_file='set_aside')
+            fix, bad = data_fix(raw, self.s3_endpoint_url), bad_file(code, raw)
+            return ClickHouseQueryError(f"{message}; retrying would fail the same way: {fix}", bad_file=bad)
         return LoadError(message)
 
     def run_insert(

@@ -36,6 +36,7 @@ from airflow_provider_s3ch.core.ledger_sql import (
     FILES_TABLE,
     READ_FIELDS,
     REBUILD_FIELDS,
+    WRITE_SETTINGS,
     key_table,
     render_read,
     render_read_partitions,
@@ -51,12 +52,10 @@ from airflow_provider_s3ch.load.heartbeat import Heartbeat
 from airflow_provider_s3ch.load.ledger_table import LedgerTable
 from airflow_provider_s3ch.load.ledger_versions import LooksAgain
 from airflow_provider_s3ch.load.report import LoadReport, NothingNew, nothing_new_report
-
-#: Settings of the ledger's writes: every state row is stored and visible when the INSERT returns.
-WRITE_SETTINGS = {"insert_deduplicate": 0, "async_insert": 0}
+from airflow_provider_s3ch.load.set_aside import SetsAside
 
 
-class LedgerRun(LooksAgain):
+class LedgerRun(LooksAgain, SetsAside):
     """One load's use of the ledger: select and claim its files, then record ``pending`` before the staging
     table's partitions move and ``loaded`` after; give the claims back when the load fails having left
     nothing behind.
@@ -103,6 +102,7 @@ class LedgerRun(LooksAgain):
         #: The partition ids this load's rows record, by key (a retry whose staging table is gone keeps them).
         self._recorded: dict[str, tuple[str, ...]] = {}
         self.look, self.gone, self.overwritten = None, [], []
+        self.set_aside, self.set_aside_before = [], []
 
     # ------------------------------------------------------------------ the table
     def exists(self) -> bool:
@@ -212,6 +212,7 @@ class LedgerRun(LooksAgain):
         if manifest.gone:  # deleted since their events: nothing to read, nothing recorded loaded
             missing = set(manifest.gone)
             manifest = manifest.model_copy(update={"objects": [o for o in manifest.objects if o.key not in missing]})
+        manifest = self._without_set_aside(manifest) if present else manifest
         rows = self.read(o.key for o in manifest.objects) if present else []
         self._recorded = {r.key: r.partitions for r in rows if r.load_id == self.own and r.partitions}
         facts = self.facts(rows) if present else LoadActivity()
@@ -376,7 +377,7 @@ class LedgerRun(LooksAgain):
         """The XCom's ``ledger`` entry."""
         return reads.summary(self.ledger, self.selection.model_copy(update={"files": self.files}), load_id=self.own,
                        lost=self.lost, committed=self.recovered, claim_timeout=self.claim_timeout, gone=self.gone,
-                       overwritten=self.overwritten)
+                       overwritten=self.overwritten, set_aside=self.set_aside, set_aside_before=self.set_aside_before)
 
     def standing(self) -> Standing:
         """What the ledger says of the listed files now (the run's freshness)."""

@@ -10,6 +10,7 @@ from airflow_provider_s3ch.core.ledger_sql import (
     render_add_partitions,
     render_create_heartbeats,
     render_create_ledger,
+    render_create_set_aside,
     render_ledger_table,
 )
 from airflow_provider_s3ch.core.models import TableRef
@@ -25,13 +26,15 @@ class LedgerTable:
         #: The table has the ``partitions`` column, its heartbeat table exists (a ledger from before either gets
         #: it on a load).
         self.has_partitions = self.has_heartbeats = True
+        #: Its table of files set aside exists (made when a load first sets a file aside).
+        self.has_set_aside = False
 
     def exists(self) -> bool:
         """Whether the ledger table exists; :class:`PlanError` when a table of its name cannot be the ledger."""
         rows = self.hook.execute(*render_ledger_table(self.ledger))
         if not rows:
             return False
-        self.has_partitions, self.has_heartbeats = bool(rows[0][2]), bool(rows[0][3])
+        self.has_partitions, self.has_heartbeats, self.has_set_aside = (bool(v) for v in rows[0][2:5])
         problem = ledger_engine_problem(str(rows[0][0]), str(rows[0][1]))
         if problem:
             raise PlanError(
@@ -53,3 +56,9 @@ class LedgerTable:
         if not self.has_heartbeats:  # a new ledger, or one from before heartbeats were written
             self.hook.execute(render_create_heartbeats(self.ledger))
             self.has_heartbeats = True
+
+    def create_set_aside(self) -> None:
+        """The table of files set aside, where missing."""
+        if not self.has_set_aside:
+            self.hook.execute(render_create_set_aside(self.ledger))
+            self.has_set_aside = True

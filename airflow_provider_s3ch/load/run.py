@@ -38,7 +38,14 @@ from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ServerProfile
 from airflow_provider_s3ch.core.sizes import fmt_bytes
 from airflow_provider_s3ch.core.sql import render_insert
-from airflow_provider_s3ch.errors import BucketError, LoadError, S3AccessDeniedError, S3chError, in_place_of
+from airflow_provider_s3ch.errors import (
+    BucketError,
+    ClickHouseQueryError,
+    LoadError,
+    S3AccessDeniedError,
+    S3chError,
+    in_place_of,
+)
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
 from airflow_provider_s3ch.hooks.s3 import head_objects
 from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
@@ -210,7 +217,9 @@ class LoadRun:
             if self.request.dry_run:  # the first chunk's plan
                 return self._dry_run(planned, ledger).model_copy(update={"chunks": [
                     c.describe() for c in chunks if c.number != WHOLE_FILE]})
-            loads.append(self._insert(this, planned, LedgerChunk(ledger, planned.chunk, this.source)))
+            one = self._chunk_insert(this, target, ledger, planned)
+            if one is not None:  # None: every file of it was set aside
+                loads.append(one)
         fresh = watch.end(this.hook, loads) if watch is not None else None
         if not loads:
             return ledger.nothing_new(_ms_since(this.started)(), fresh)
@@ -231,6 +240,22 @@ class LoadRun:
                                  ledger.query_id_of(begun.chunk), ledger=ledger, chunk=begun.chunk)
             if ledger.beat.fresh():
                 return planned
+
+    def _chunk_insert(self, this: Try, target: Target, ledger: LedgerRun, planned: Planned) -> Loaded | None:
+        """A chunk's insert; under ``on_bad_file='set_aside'``, again without each file the server could not read
+        (set aside in the ledger, :mod:`.set_aside`); None when none of its files is left."""
+        while True:
+            assert planned.chunk is not None
+            try:
+                return self._insert(this, planned, LedgerChunk(ledger, planned.chunk, this.source))
+            except ClickHouseQueryError as exc:
+                rest = ledger.set_aside_bad(planned.chunk, exc, str(ledger.query_id_of(planned.chunk)))
+                if rest is None:
+                    raise
+            again = self._begin(this, target, ledger, rest) if rest.files else None
+            if again is None:
+                return None
+            planned = again
 
     # ------------------------------------------------------------------ one insert
     def _plan(self, this: Try, target: Target, listed: Listed, query_id: QueryId, *, ledger: LedgerRun | None = None,

@@ -15,12 +15,7 @@ from typing import Any
 
 from airflow_provider_s3ch import compat
 from airflow_provider_s3ch.compat import AirflowSkipException, Asset, BaseAsset, BaseOperator, Context, conf
-from airflow_provider_s3ch.core.events import (
-    check_events_request,
-    check_files_from,
-    default_on_changed,
-    run_files,
-)
+from airflow_provider_s3ch.core.events import check_events_request, check_files_from, default_on_changed, run_files
 from airflow_provider_s3ch.core.freshness import queue_of
 from airflow_provider_s3ch.core.ledger import DEFAULT_CLAIM_HEARTBEAT, DEFAULT_CLAIM_TIMEOUT
 from airflow_provider_s3ch.core.ledger_request import check_request as check_ledger_request
@@ -84,6 +79,8 @@ class S3ToClickHouseOperator(BaseOperator):
         per file (docs/ledger.md).
     :param on_changed: with ``skip_loaded``, a file whose ETag changed: ``fail``, ``skip`` or ``reload``; default
         ``fail``, and ``skip`` with ``files_from="events"`` (which refuses ``fail``). (templated)
+    :param on_bad_file: with ``skip_loaded``, a file the server cannot read as data: ``fail`` the load, or
+        ``set_aside`` (recorded, left out until put again) and load the others (docs/ledger.md#bad-files). (templated)
     :param ledger_table: with ``skip_loaded``: the ledger; default ``<target database>._s3ch_ledger``. (templated)
     :param skip_when_empty: a run with nothing to load (no match; with ``skip_loaded``, no new file) is skipped.
     :param claim_timeout: with ``skip_loaded``: the most seconds a claim holds while its load runs no query and
@@ -111,7 +108,7 @@ class S3ToClickHouseOperator(BaseOperator):
     template_fields: Sequence[str] = (
         "s3_uri", "table", "clickhouse_conn_id", "aws_conn_id", "format", "compression", "structure", "memory_cap",
         "workload", "settings", "cluster", "mode", "order_by", "partition_by", "on_schema_change", "on_changed",
-        "ledger_table", "max_files_per_load", "max_bytes_per_load", "named_collection", "role_arn",
+        "on_bad_file", "ledger_table", "max_files_per_load", "max_bytes_per_load", "named_collection", "role_arn",
     )
     template_fields_renderers = {"settings": "json"}
     ui_color = "#ffcc01"
@@ -147,6 +144,7 @@ class S3ToClickHouseOperator(BaseOperator):
         on_schema_change: str = "fail",
         skip_loaded: bool = False,
         on_changed: str | None = None,
+        on_bad_file: str = "fail",
         ledger_table: str | None = None,
         skip_when_empty: bool = False,
         claim_timeout: float = DEFAULT_CLAIM_TIMEOUT,
@@ -182,6 +180,7 @@ class S3ToClickHouseOperator(BaseOperator):
         self.table_settings, self.on_schema_change = table_settings, on_schema_change
         # the ledger
         self.skip_loaded, self.on_changed, self.ledger_table = skip_loaded, on_changed, ledger_table
+        self.on_bad_file = on_bad_file
         self.skip_when_empty, self.claim_timeout, self.claim_heartbeat = skip_when_empty, claim_timeout, claim_heartbeat
         self.max_files_per_load, self.max_bytes_per_load = max_files_per_load, max_bytes_per_load
         self.s3_credentials, self.named_collection, self.role_arn = s3_credentials, named_collection, role_arn
@@ -210,6 +209,7 @@ class S3ToClickHouseOperator(BaseOperator):
                 on_schema_change=self.on_schema_change,
                 skip_loaded=self.skip_loaded,
                 on_changed=self.on_changed or default_on_changed(self.files_from),
+                on_bad_file=self.on_bad_file,
                 ledger_table=self.ledger_table or None,
                 skip_when_empty=self.skip_when_empty,
                 max_files_per_load=self.max_files_per_load,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_s3ch.core.errors import server_text
+from airflow_provider_s3ch.core.errors import DATA_ERROR_CODES, bad_file, server_text
 from airflow_provider_s3ch.core.rows_out import ParsePoint, data_fix, quotes_data, see_rows, without_rows
 
 MARK = "Zq"  # no word of a rebuilt message holds it
@@ -45,7 +45,7 @@ def test_a_value_read_as_a_date_or_a_number_is_left_out(bad: str) -> None:
 def test_a_message_without_data_is_kept_as_the_server_wrote_it() -> None:
     text = "DB::Exception: Table default.x does not exist. (UNKNOWN_TABLE) (version 26.9.2.1)"
     assert not quotes_data(text) and server_text(text + " Stack trace:\n0. ?") == text
-    assert data_fix(text, None) is None
+    assert data_fix(text, None) == "fix the statement or the data"
 
 
 def test_the_way_to_see_the_rows() -> None:
@@ -71,3 +71,19 @@ def test_a_typed_readers_value_is_left_out_and_its_column_kept(bad: str) -> None
             "there are toUInt64OrZero and toUInt64OrNull functions: read stage: ColumnData: column: n: (in file/uri "
             "b/t/part.parquet): While executing ParquetV3BlockInputFormat")
     assert server_text(text).startswith("Cannot parse a string as UInt64 (column 'n') in file b/t/part.parquet")
+
+
+keys = st.text(st.characters(blacklist_categories=["Cs", "Cc"]), min_size=1, max_size=40).filter(
+    lambda k: "): " not in k and not k.endswith(")"))
+
+
+@given(key=keys, code=st.sampled_from(sorted(DATA_ERROR_CODES)))
+def test_a_data_error_names_the_file_it_was_reading_whatever_its_key(key: str, code: int) -> None:
+    message = f"DB::Exception: Cannot parse input: (at row 2): (in file/uri bkt/{key}): While executing CSVRowInput"
+    assert bad_file(code, message) == f"bkt/{key}"
+    assert bad_file(code, message.replace("(in file/uri", "(reading")) is None
+
+
+@given(code=st.integers(0, 1100).filter(lambda c: c not in DATA_ERROR_CODES))
+def test_no_other_error_names_a_bad_file(code: int) -> None:
+    assert bad_file(code, "DB::Exception: Memory limit (in file/uri bkt/a.csv): While executing") is None

@@ -103,7 +103,8 @@ def test_a_kill_stops_the_query_and_its_secondary_queries_without_waiting() -> N
     assert "initial_query_id = %(q)s" in sql and params == {"q": "s3ch-ab-try1"}
 
 
-def test_the_ledger_tables_read_asks_for_the_partitions_column_and_the_heartbeat_table() -> None:
+def test_the_ledger_tables_read_asks_for_the_partitions_column_the_heartbeat_and_set_aside_tables() -> None:
     sql, params = render_ledger_table(TableRef(database="db", name="ledger"))
-    assert f"name = '{PARTITIONS_COLUMN}'" in sql and params == {"d": "db", "t": "ledger", "h": "ledger_heartbeat"}
+    assert f"name = '{PARTITIONS_COLUMN}'" in sql and params == {"d": "db", "t": "ledger", "h": "ledger_heartbeat",
+                                                                    "s": "ledger_set_aside"}
     assert sql.startswith("SELECT engine, engine_full, ")
