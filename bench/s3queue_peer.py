@@ -5,9 +5,11 @@
 latency (unordered and ordered, polling at 26.9's defaults and tuned, then files after an idle gap), faults
 (SIGKILLs of the node, a file larger than an insert block killed mid-file, keys that sort before processed ones,
 re-uploads, a parse error), throughput (small files, a larger set) and cost (S3 requests an hour with many objects
-under the prefix, the node's RSS). The provider's figures are read from its own results
-(``continuous_latency.json``, ``continuous_faults*.json``, ``continuous_load.json``, ``listing_cost.json``), not
-run again. Writes ``continuous_compared.json``, ``.md`` and ``.png`` into ``--out`` (``bench/results``).
+under the prefix, the node's RSS). With ``--provider`` the provider's side of the fault scenarios runs too, through
+the live stream (:mod:`bench.continuous_scenarios`: ``continuous_scenarios.json``); its other figures are read from
+its own results (``continuous_latency.json``, ``continuous_faults*.json``, ``continuous_load.json``,
+``listing_cost.json``), not run again. Writes ``continuous_compared.json``, ``.md`` and ``.png`` into ``--out``
+(``bench/results``).
 
     .venv/bin/python -m bench.s3queue_peer            # the aimed sizes (10,000 small files, 1 GB, 100,000 objects)
     .venv/bin/python -m bench.s3queue_peer --quick    # a few files each (~6 min on 2 cores)
@@ -121,6 +123,9 @@ def provider_figures(results: Path) -> dict[str, Any]:
                 out["batching"] = {"source": "bench/results/continuous_load.json", **{k: s.get(k) for k in (
                     "files", "rows_per_file", "file_bytes", "runs_total", "inserts", "drain_after_last_put_s",
                     "exactly_once")}}  # fmt: skip
+    if sc := read("continuous_scenarios.json"):
+        out["scenarios"] = {"source": "bench/results/continuous_scenarios.json", **{k: sc.get(k) for k in (
+            "files", "main", "parse_error", "reupload", "late_keys", "large_file", "ok")}}  # fmt: skip
     if cost := read("listing_cost.json"):
         out["cost"] = {"source": "bench/results/listing_cost.json", "objects": cost["measured"]["objects"],
                        "per_hour": cost["per_hour"]}  # fmt: skip
@@ -145,6 +150,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--large-mb", type=int, default=1024, help="throughput: MB of larger files (1024)")
     p.add_argument("--cost-objects", type=int, default=100_000, help="cost: objects under the prefix (100,000)")
     p.add_argument("--cost-minutes", type=float, default=3.0, help="cost: minutes per polling setting (3)")
+    p.add_argument("--provider", action="store_true",
+                   help="also run the provider's side of the fault scenarios through the live stream "
+                        "(bench.continuous_scenarios, ~5 min; --quick: 0.5 M rows in the large file)")
+    p.add_argument("--render-only", action="store_true",
+                   help="no run: the report again from the S3Queue figures on record and the provider's result files")
     p.add_argument("--note", default="", help="a note kept in the result")
     p.add_argument("--out", type=Path, default=OUT, help="the folder of the results (bench/results)")
     args = p.parse_args(argv)
@@ -153,8 +163,18 @@ def main(argv: list[str] | None = None) -> int:
         args.small_files, args.large_mb, args.cost_objects, args.cost_minutes = 300, 64, 2000, 1.0
         args.large_rows, args.drain = 1_500_000, 30.0
     args.gaps = [float(g) for g in str(args.gaps).split(",") if g]
+    if args.render_only:
+        return render_again(args.out)
     started = time.time()
     s3queue = run(args, say=lambda line: print(f"[s3queue] {line}", flush=True))
+    if args.provider:
+        from bench import continuous_scenarios
+
+        sc_args = argparse.Namespace(files=10 if args.quick else 40, interval=1.0, drain_timeout=300.0,
+                                     big_rows=500_000 if args.quick else args.large_rows)
+        scenarios = continuous_scenarios.run(sc_args, say=lambda line: print(f"[provider] {line}", flush=True))
+        scenarios["command"] = "python -m bench.s3queue_peer --provider"
+        (args.out / "continuous_scenarios.json").write_text(json.dumps(scenarios, indent=2, default=str) + "\n")
     sizes = {k: getattr(args, k) for k in ("files", "interval", "gaps", "gap_repeats", "kills", "kill_files",
                                            "kill_interval", "kill_rows", "large_rows", "drain", "small_files",
                                            "large_mb", "cost_objects", "cost_minutes")}  # fmt: skip
@@ -169,6 +189,18 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "continuous_compared.md").write_text(render_md(result))
     render_png(result, args.out / "continuous_compared.png")
     print(f"written: {args.out / 'continuous_compared.json'}, .md, .png")
+    return 0
+
+
+def render_again(out: Path) -> int:
+    """The report (``.md``, ``.png``) again from ``continuous_compared.json``'s S3Queue figures, with the provider's
+    figures read anew from their result files."""
+    result = json.loads((out / "continuous_compared.json").read_text())
+    result["provider"] = provider_figures(out)
+    (out / "continuous_compared.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+    (out / "continuous_compared.md").write_text(render_md(result))
+    render_png(result, out / "continuous_compared.png")
+    print(f"written again: {out / 'continuous_compared.json'}, .md, .png")
     return 0
 
 

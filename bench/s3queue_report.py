@@ -40,6 +40,22 @@ def _fault_rows(r: dict[str, Any], prov: dict[str, Any]) -> list[str]:
     pcell = (f"{pk['kills']} SIGKILLs (triggerer, scheduler, task, ClickHouse) over {pk['files_put']} files: "
              f"{'each once' if pk['exactly_once'] else 'NOT each once'}, {pk['missing']} missing, "
              f"{pk['doubled']} doubled [2]") if pk else "-"  # fmt: skip
+    sc = prov.get("scenarios") or {}
+    big, late, reup, bad = (sc.get(k) for k in ("large_file", "late_keys", "reupload", "parse_error"))
+    big_cell = (f"{big['rows']:,} rows, the node SIGKILLed with {big['killed']['insert_read_rows_at_kill']:,} read by "
+                f"the insert and {big['killed']['rows_in_target_at_kill']:,} in the target (staged); after the "
+                f"restart and the task's retry: {big['times_loaded']}x the file [6]") if big and big.get(
+                    "killed") else "not measured"  # fmt: skip
+    late_cell = (f"{late['loaded_once']} of {late['keys']} late keys loaded once, through the live stream [6]"
+                 if late else "loaded: the ledger decides, not a watermark (cited, [5])")
+    reup_cell = (f"left out as a changed file (`on_changed='skip'`, the events' default): new rows {reup['new_rows']}, "
+                 f"the loaded version's {reup['old_rows']} kept; named in the run's XCom (`skipped_changed_keys`): "
+                 f"{reup['told_in_xcom']} [6]" if reup
+                 else "the ledger keys on key and ETag: new bytes are a new file (cited, [5])")  # fmt: skip
+    bad_cell = (f"set aside (`on_bad_file='set_aside'`): {'recorded' if bad['set_aside'] else 'NOT recorded'} in "
+                f"`_s3ch_ledger_set_aside` with the server's error, {bad['rows_in_table']} of its rows in the table, "
+                f"the other files each once: {bad['others_once']}; named in the run's XCom (`set_aside_files`): "
+                f"{bad['told_in_xcom']} [6]" if bad else "not measured here")  # fmt: skip
     rows = []
     for k in f["kills"]:
         stuck = k["engine"].get("keeper_nodes", {}).get("processing")
@@ -51,21 +67,21 @@ def _fault_rows(r: dict[str, Any], prov: dict[str, Any]) -> list[str]:
         at = b["killed"]["rows_in_target_at_kill"] if b["killed"] else "not killed (loaded first)"
         rows.append(f"| one file of {b['rows']:,} rows ({b['bytes'] / 1e6:.0f} MB) killed mid-file: {b['mode']} | "
                     f"rows in target at the kill: {at}; after restart: {b['times_loaded']}x the file "
-                    f"({b['outcome']}) | not measured |")  # fmt: skip
+                    f"({b['outcome']}) | {big_cell} |")  # fmt: skip
     for o in f["out_of_order"]:
         rows.append(f"| keys sorting before processed ones ({len(o['late_keys'])} late): {o['mode']} | skipped: "
-                    f"{_files(o['skipped'])} | loaded: the ledger decides, not a watermark (cited, [5]) |")  # fmt: skip
+                    f"{_files(o['skipped'])} | {late_cell} |")  # fmt: skip
     for u in f["reupload"]:
         rows.append(
             f"| re-upload of a loaded key with new bytes: {u['mode']} | {u['verdict']} (new rows "
-            f"{u['new_rows']}) | the ledger keys on key and ETag: new bytes are a new file (cited, [5]) |"
+            f"{u['new_rows']}) | {reup_cell} |"
         )
     for e in f["parse_error"]:
         failed = [x["file"].rsplit("/", 1)[-1] for x in e["engine"].get("failed", [])]
         rows.append(f"| a parse error in 1 of 6 files: {e['mode']} | failed: {', '.join(failed) or 'none'} "
                     f"after {_s(e['failed_after_s'])}; others: lost {_files(e['lost'])}, duplicated "
                     f"{_files(e['duplicated'])}; told in system.s3queue_metadata_cache / s3_queue_metadata "
-                    f"(failed_nodes) / s3queue_log | not measured here |")  # fmt: skip
+                    f"(failed_nodes) / s3queue_log | {bad_cell} |")  # fmt: skip
     return rows
 
 
@@ -127,7 +143,8 @@ def render_md(result: dict[str, Any]) -> str:
         + "; ".join(
             f"[{i}] {prov[k]['source']}" for i, k in enumerate(("latency", "kills", "batching", "cost"), 1) if k in prov
         )
-        + "; [5] docs/ledger.md.",  # fmt: skip
+        + "; [5] docs/ledger.md"
+        + ("; [6] " + prov["scenarios"]["source"] if "scenarios" in prov else "") + ".",  # fmt: skip
         "",
     ]
     return "\n".join(lines)

@@ -161,6 +161,8 @@ class Tracker:
         self.put_wall: dict[str, float] = {}
         self.seen_wall: dict[str, float] = {}
         self.counts: dict[int, int] = {}
+        #: files a fault hook put beside the feed's (its own to count: left out of the run's tally)
+        self.extra: set[int] = set()
 
     def put(self, n: int) -> None:
         """Put file ``n``; its clock starts when ``put_object`` returns."""
@@ -386,9 +388,10 @@ def run_live(
             say(f"the phase account could not be read: {exc}")
     result.put = len(tracker.put_at)
     result.loaded = len(tracker.seen_at)
-    result.rows = sum(tracker.counts.values())
+    result.rows = sum(c for n, c in tracker.counts.items() if n not in tracker.extra)
     result.latencies = [tracker.seen_at[n] - tracker.put_at[n] for n in sorted(tracker.seen_at)]
-    counted = tally(tracker.counts, tracker.put_at, tracker.seen_at, options.rows_per_file)
+    counted = tally({n: c for n, c in tracker.counts.items() if n not in tracker.extra}, tracker.put_at,
+                    tracker.seen_at, options.rows_per_file)
     result.not_loaded_yet, result.lost, result.doubled = counted.not_loaded_yet, counted.lost, counted.doubled
     result.exactly_once = counted.exactly_once
     print_summary(result, options, say)
