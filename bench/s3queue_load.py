@@ -67,7 +67,7 @@ def throughput_small(stack: LocalStack, files: int, rows: int, modes: list[str],
         result = {"mode": mode, "files": files, "rows_per_file": rows, "file_bytes": len(loader_body(rows)),
                   "put_s": round(put_s, 1), "load_s": round(took, 1), "rows_per_s": round(files * rows / took),
                   "files_per_s": round(files / took, 1), **figures, "exactly_once": outcome["exactly_once"],
-                  "lost": len(outcome["lost"]), "duplicated": len(outcome["duplicated"])}  # fmt: skip
+                  "lost": len(outcome["lost"]), "duplicated": len(outcome["duplicated"]), "prefix": prefix}  # fmt: skip
         say(f"small files {mode}: {files} in {took:.1f} s, {result['rows_per_s']:,} rows/s, "
             f"{figures['parts_made']} parts, {figures['commits']} commits")  # fmt: skip
         out.append(result)
@@ -104,7 +104,8 @@ def throughput_large(stack: LocalStack, megabytes: int, *, file_mb: int = 64, ti
     say(f"large: {files} files, {size / 1e6:.0f} MB in {took:.1f} s ({size / 1e6 / took:.1f} MB/s)")
     return {"files": files, "rows_per_file": rows_per_file, "bytes": size, "written_s": round(written_s, 1),
             "load_s": round(took, 1), "rows_per_s": round(files * rows_per_file / took),
-            "mb_per_s": round(size / 1e6 / took, 1), **figures, "exactly_once": outcome["exactly_once"]}  # fmt: skip
+            "mb_per_s": round(size / 1e6 / took, 1), **figures, "exactly_once": outcome["exactly_once"],
+            "prefix": prefix}  # fmt: skip
 
 
 class CountingProxy(S3Proxy):

@@ -47,7 +47,7 @@ from airflow_provider_s3ch.errors import (
     in_place_of,
 )
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
-from airflow_provider_s3ch.hooks.s3 import head_objects
+from airflow_provider_s3ch.hooks.s3_events import look_objects
 from airflow_provider_s3ch.hooks.s3_source import S3Source, paused_gc
 from airflow_provider_s3ch.load import shards
 from airflow_provider_s3ch.load.complete import Inserted, LedgerChunk, lineage_facts, load_report
@@ -196,7 +196,8 @@ class LoadRun:
                                    heartbeat=self.options.claim_heartbeat, log=self.log)
         ledger.nodes = nodes
         bucket = self.request.bucket
-        ledger.look = lambda keys: head_objects(this.source.client(), bucket, keys)
+        listed = self.parts.queue is None  # a run from events may not list the bucket: it looks files up one by one
+        ledger.look = lambda keys: look_objects(this.source.client(), bucket, keys, may_list=listed)
         try:
             return self._chunks(this, target, ledger)
         except BaseException:
