@@ -156,13 +156,18 @@ $(DLT_VENV)/.installed:
 ## (Debian's zookeeper package): latency at 26.9's polling defaults and tuned, idle gaps, SIGKILLs of the node,
 ## out-of-order keys, re-uploads, a parse error, throughput and S3 requests an hour; then the provider's side of the
 ## same fault scenarios through the live stream (bench.continuous_scenarios: Airflow's processes on the continuous
-## example DAG, ~3 min), and its other figures read from its result files. Writes
-## bench/results/continuous_compared.{json,md,png} and continuous_scenarios.json. S3QUEUE_ARGS: more arguments, e.g.
-## make bench-s3queue S3QUEUE_ARGS=--quick (~9 min on 2 cores; the committed results ran cut sizes, in the JSON, in ~14 min)
+## example DAG, ~4 min), and its other figures read from its result files; then both on the same files at the aimed
+## throughput sizes (bench.continuous_throughput: 10,000 small files, 1 GB; ~6 min) and the report again. Writes
+## bench/results/continuous_compared.{json,md,png}, continuous_scenarios.json and continuous_throughput.json.
+## S3QUEUE_ARGS, THROUGHPUT_ARGS: more arguments, e.g. make bench-s3queue S3QUEUE_ARGS=--quick
+## THROUGHPUT_ARGS="--small-files 500 --large-mb 128" (~12 min on 2 cores)
 S3QUEUE_ARGS ?=
+THROUGHPUT_ARGS ?=
 
 bench-s3queue: venv
 	$(PY) -m bench.s3queue_peer --provider $(S3QUEUE_ARGS)
+	$(PY) -m bench.continuous_throughput $(THROUGHPUT_ARGS)
+	$(PY) -m bench.s3queue_peer --render-only
 
 ## airflow-check: what a user of one Airflow version (AIRFLOW_VERSION=...) sees: the provider listed, the DAGs
 ## through `airflow dags test` (CSV and Parquet, the sensor, a deferrable load), and the demo's load

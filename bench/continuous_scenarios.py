@@ -12,7 +12,9 @@ small CSV files (100 rows) are put a second apart, the feed's hook puts, at set 
   S3), the ClickHouse node SIGKILLed and started again as soon as the provider's insert of it has read rows (after
   25).
 
-Then it waits until each is settled, and reads the outcome file by file from the table (its ``file`` column), the
+Once each is settled, ``--idle`` gaps (5 s, 60 s) with nothing put, each followed by one file (its latency: the
+S3Queue peer's idle-gap scenario), while the resident memory of the ClickHouse node and of each Airflow component is
+sampled every 5 s. Then it reads the outcome file by file from the table (its ``file`` column), the
 ledger and its table of files set aside, and what the runs told (their XComs' ``ledger`` entries). Writes ``--out``
 (``bench/results/continuous_scenarios.json``) and prints a table.
 
@@ -31,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any, ClassVar
 
+import psutil
+
 from airflow_provider_s3ch.compat import AIRFLOW_VERSION
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.airflow import Airflow
@@ -39,7 +43,7 @@ from airflow_provider_s3ch.local.live import DAG_ID, STRUCTURE, LiveOptions, Liv
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "continuous_scenarios.json"
 ROWS = 100
-BAD, BIG, LATE = 900_001, 700_001, list(range(800_001, 800_009))
+BAD, BIG, LATE, IDLE = 900_001, 700_001, list(range(800_001, 800_009)), 600_001
 REUPLOADED = 3
 
 
@@ -55,9 +59,16 @@ class Scenarios:
     AT: ClassVar[dict[str, int]] = {"bad": 5, "reupload": 10, "late": 20, "big": 25}
 
     def __init__(self, stack: LocalStack, options: LiveOptions, big_rows: int, say: Any,
-                 at: dict[str, int] | None = None) -> None:
+                 at: dict[str, int] | None = None, idle: list[float] | None = None) -> None:
         self.stack, self.options, self.big_rows, self.say = stack, options, big_rows, say
         self.at = {**self.AT, **(at or {})}
+        #: Once every scenario settled: for each gap, nothing put for that many seconds, then one file.
+        self.idle, self.idle_latency = list(idle or []), {}
+        self._idle_since: float | None = None
+        #: The resident memory (MiB) of the ClickHouse node and of each Airflow component (its process tree),
+        #: sampled every few seconds: the peak and the last sample.
+        self.memory: dict[str, dict[str, float]] = {}
+        self._sampled = 0.0
         self.s3, self.ch = stack.s3_client(), stack.clickhouse_client()
         self.put_at: dict[int, float] = {}
         self.seen_at: dict[int, float] = {}
@@ -74,7 +85,7 @@ class Scenarios:
 
     def __call__(self, airflow: Airflow, tracker: Tracker) -> bool:
         put, at = len(tracker.put_at), self.at
-        tracker.extra |= {BAD, BIG, *LATE}
+        tracker.extra |= {BAD, BIG, *LATE, *range(IDLE, IDLE + len(self.idle))}
         if put >= at["bad"] and "bad" not in self.done:
             lines = body(BAD).decode().splitlines(keepends=True)
             lines[50] = f"{BAD},not-a-number,bad\n"
@@ -98,29 +109,75 @@ class Scenarios:
                 f"{BIG * 1_000_000} + number, concat('v', toString(number)) FROM numbers({self.big_rows})")
             self.put_at[BIG] = time.monotonic()
             self.done.add("big")
+            self._kill_mid_file(tracker)  # the feed waits meanwhile (a few seconds: the run's start and its read)
             self.say(f"put {self.key(BIG)}: {self.big_rows:,} rows; the node is killed once the insert reads it")
-        if "big" in self.done and self.kill is None:
-            self._kill_mid_file(tracker)
         self._look()
-        return not self._settled(tracker)
+        self._sample(airflow)
+        if not self._settled(tracker):
+            return True
+        return self._idle_gaps()
 
-    def _kill_mid_file(self, tracker: Tracker) -> None:
-        try:
-            running = self.ch.execute(
-                "SELECT read_rows FROM system.processes WHERE startsWith(query_id, 's3ch-') AND query LIKE %(k)s",
-                {"k": f"%{self.key(BIG).rsplit('/', 1)[-1]}%"})
-        except Exception:  # noqa: BLE001 - the node restarting
+    def _idle_gaps(self) -> bool:
+        """After the scenarios: each idle gap, then a file, until it is readable; False once all are done."""
+        if len(self.idle_latency) == len(self.idle):
+            return False
+        n = IDLE + len(self.idle_latency)
+        if n in self.put_at:
+            if n in self.seen_at:
+                gap = self.idle[len(self.idle_latency)]
+                self.idle_latency[str(gap)] = round(self.seen_at[n] - self.put_at[n], 2)
+                self.say(f"a file put after {gap:g} s idle: readable {self.idle_latency[str(gap)]} s after its put")
+                self._idle_since = None
+            return True
+        if self._idle_since is None:
+            self._idle_since = time.monotonic()
+        if time.monotonic() - self._idle_since >= self.idle[len(self.idle_latency)]:
+            self._put(self.key(n), body(n, self.options.rows_per_file), n)
+        return True
+
+    def _sample(self, airflow: Airflow) -> None:
+        if time.monotonic() - self._sampled < 5:
             return
-        if running and running[0][0] > 0:
-            in_target = self._count(BIG)
-            began = time.monotonic()
-            self.stack.restart_node(0, kill=True)
-            self.ch = self.stack.clickhouse_client()
-            tracker.ch = self.stack.clickhouse_client()
-            self.kill = {"insert_read_rows_at_kill": int(running[0][0]), "rows_in_target_at_kill": in_target,
-                         "at_s_after_put": round(began - self.put_at[BIG], 2),
-                         "restart_s": round(time.monotonic() - began, 1)}  # fmt: skip
-            self.say(f"SIGKILLed the node mid-file: {self.kill}")
+        self._sampled = time.monotonic()
+        node = self.stack.nodes[0].process
+        roots = {"clickhouse": node.pid if node is not None else None,
+                 **{name: proc.pid for name, proc in airflow.procs.items()}}  # fmt: skip
+        for name, pid in roots.items():
+            try:
+                root = psutil.Process(pid)
+                mib = sum(p.memory_info().rss for p in [root, *root.children(recursive=True)]) / 2**20
+            except (psutil.Error, TypeError, ValueError):
+                continue
+            entry = self.memory.setdefault(name, {"peak_mib": 0.0, "last_mib": 0.0})
+            entry["peak_mib"], entry["last_mib"] = round(max(entry["peak_mib"], mib), 1), round(mib, 1)
+
+    def _kill_mid_file(self, tracker: Tracker, timeout: float = 120.0) -> None:
+        """Every 10 ms: once the provider's insert of the large file has read rows, SIGKILL the node and start it
+        again (``kill`` says when); ``{"missed": True}`` when the file loaded first."""
+        ch, name = self.stack.clickhouse_client(), self.key(BIG).rsplit("/", 1)[-1]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                running = ch.execute("SELECT read_rows FROM system.processes WHERE startsWith(query_id, 's3ch-') AND "
+                                     "query LIKE %(k)s", {"k": f"%{name}%"})  # fmt: skip
+                if not running and ch.execute(f"SELECT count() FROM {self.options.table} WHERE file = {BIG}")[0][0]:
+                    break  # loaded before the hunt saw its insert
+            except Exception:  # noqa: BLE001 - the node restarting
+                running = []
+            if running and running[0][0] > 0:
+                in_target = self._count(BIG)
+                began = time.monotonic()
+                self.stack.restart_node(0, kill=True)
+                self.ch = self.stack.clickhouse_client()
+                tracker.ch = self.stack.clickhouse_client()
+                self.kill = {"insert_read_rows_at_kill": int(running[0][0]), "rows_in_target_at_kill": in_target,
+                             "at_s_after_put": round(began - self.put_at[BIG], 2),
+                             "restart_s": round(time.monotonic() - began, 1)}  # fmt: skip
+                self.say(f"SIGKILLed the node mid-file: {self.kill}")
+                return
+            time.sleep(0.01)
+        self.kill = {"missed": True}
+        self.say("the large file loaded before its insert was seen reading: no kill")
 
     def _count(self, n: int) -> int:
         return int(self.ch.execute(f"SELECT count() FROM {self.options.table} WHERE file = {n}")[0][0])
@@ -128,11 +185,12 @@ class Scenarios:
     def _look(self) -> None:
         try:
             counts = dict(self.ch.execute(f"SELECT file, count() FROM {self.options.table} WHERE file IN %(f)s "
-                                          "GROUP BY file", {"f": (*LATE, BIG)}))  # fmt: skip
+                                          "GROUP BY file", {"f": (*LATE, BIG, *range(IDLE, IDLE + 8))}))  # fmt: skip
         except Exception:  # noqa: BLE001 - the node restarting
             return
-        for n in (*LATE, BIG):
-            if counts.get(n, 0) >= (self.big_rows if n == BIG else ROWS) and n not in self.seen_at:
+        for n in (*LATE, BIG, *range(IDLE, IDLE + len(self.idle))):
+            if counts.get(n, 0) >= (self.big_rows if n == BIG else ROWS if n in LATE else self.options.rows_per_file) \
+                    and n not in self.seen_at and n in self.put_at:
                 self.seen_at[n] = time.monotonic()
 
     def set_aside(self) -> list[tuple[str, str]]:
@@ -174,7 +232,7 @@ def run(args: argparse.Namespace, say: Any = print) -> dict[str, Any]:
         queue="s3ch-scenarios")  # fmt: skip
     started = time.monotonic()
     with LocalStack(nodes=1, region="eu-west-3") as stack, tempfile.TemporaryDirectory(prefix="s3ch-sc-") as home:
-        hook = Scenarios(stack, options, args.big_rows, say)
+        hook = Scenarios(stack, options, args.big_rows, say, idle=args.idle)
         result = run_live(stack, options, home=Path(home), say=say, faults=hook)
         out = outcome(stack, options, hook, result, Path(home))
     return {"airflow": AIRFLOW_VERSION, "python": platform.python_version(), "interval_s": args.interval,
@@ -191,7 +249,7 @@ def outcome(stack: LocalStack, options: LiveOptions, hook: Scenarios, result: Li
     reup = dict(ch.execute(f"SELECT substring(v, 1, 1), count() FROM {options.table} WHERE file = {REUPLOADED} "
                            "GROUP BY 1"))  # fmt: skip
     aside, said = hook.set_aside(), told(home)
-    main = {n: c for n, c in counts.items() if n not in (BAD, BIG, *LATE)}
+    main = {n: c for n, c in counts.items() if n < IDLE}
     feed = range(1, options.files + 1)
     counted = tally(main, feed, feed, rows)
     bad_key, big_rows = hook.key(BAD), hook.big_rows
@@ -213,6 +271,9 @@ def outcome(stack: LocalStack, options: LiveOptions, hook: Scenarios, result: Li
         "large_file": {"rows": big_rows, "killed": hook.kill, "rows_in_table": counts.get(BIG, 0),
                        "times_loaded": round(counts.get(BIG, 0) / big_rows, 3),
                        "latency_s": round(hook.seen_at[BIG] - hook.put_at[BIG], 1) if BIG in hook.seen_at else None},
+        "idle": {"gaps_s": hook.idle, "latency_s": hook.idle_latency,
+                 "each_once": all(counts.get(IDLE + i) == rows for i in range(len(hook.idle)))},
+        "memory_mib": hook.memory,
         "told": said,
     }  # fmt: skip
     out["ok"] = bool(out["main"]["exactly_once"] and not out["main"]["not_loaded"]
@@ -220,7 +281,8 @@ def outcome(stack: LocalStack, options: LiveOptions, hook: Scenarios, result: Li
                      and out["parse_error"]["told_in_xcom"]
                      and out["reupload"]["new_rows"] == 0 and out["reupload"]["old_rows"] == rows
                      and out["late_keys"]["loaded_once"] == len(LATE) and out["large_file"]["times_loaded"] == 1.0
-                     and out["large_file"]["killed"] is not None)  # fmt: skip
+                     and bool(out["large_file"]["killed"]) and "missed" not in out["large_file"]["killed"]
+                     and out["idle"]["each_once"])  # fmt: skip
     return out
 
 
@@ -248,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=1.0)
     p.add_argument("--big-rows", type=int, default=2_500_000)
     p.add_argument("--drain-timeout", type=float, default=300.0)
+    p.add_argument("--idle", type=lambda v: [float(g) for g in v.split(",") if g], default=[5.0, 60.0],
+                   help="after the scenarios, idle gaps before one more file each (5,60)")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
     r = run(args, say=lambda line: print(f"[scenarios] {line}", flush=True))

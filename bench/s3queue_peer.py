@@ -125,7 +125,11 @@ def provider_figures(results: Path) -> dict[str, Any]:
                     "exactly_once")}}  # fmt: skip
     if sc := read("continuous_scenarios.json"):
         out["scenarios"] = {"source": "bench/results/continuous_scenarios.json", **{k: sc.get(k) for k in (
-            "files", "main", "parse_error", "reupload", "late_keys", "large_file", "ok")}}  # fmt: skip
+            "files", "main", "parse_error", "reupload", "late_keys", "large_file", "idle", "memory_mib",
+            "ok")}}  # fmt: skip
+    if tp := read("continuous_throughput.json"):
+        out["throughput"] = {"source": "bench/results/continuous_throughput.json", **{k: tp.get(k) for k in (
+            "started", "order", "small", "large")}}  # fmt: skip
     if cost := read("listing_cost.json"):
         out["cost"] = {"source": "bench/results/listing_cost.json", "objects": cost["measured"]["objects"],
                        "per_hour": cost["per_hour"]}  # fmt: skip

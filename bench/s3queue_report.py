@@ -26,9 +26,16 @@ def _latency_rows(r: dict[str, Any], prov: dict[str, Any]) -> list[str]:
                 f"files, {'each once' if m['exactly_once'] else 'NOT each once'}")  # fmt: skip
         rows.append(f"| latency, a file a {m['interval_s']:g} s: {m['mode']}, polling {m['polling']} | {cell} "
                     f"| {pcell} |")  # fmt: skip
+    idle = ((prov.get("scenarios") or {}).get("idle") or {}).get("latency_s") or {}
     for gap in sorted({g["idle_s"] for g in r.get("idle", [])}):
         cells = [f"{g['polling']} {_s(g['latency_s'])}" for g in r["idle"] if g["idle_s"] == gap]
-        rows.append(f"| latency after {gap:g} s idle (unordered) | {'; '.join(cells)} | not measured |")
+        mine = idle.get(str(float(gap)))
+        pcell = f"SQS + listing, through the live stream: {_s(mine)} [6]" if mine is not None else "not measured"
+        rows.append(f"| latency after {gap:g} s idle (unordered) | {'; '.join(cells)} | {pcell} |")
+    if memory := (prov.get("scenarios") or {}).get("memory_mib"):
+        cells = ", ".join(f"{name} {m['peak_mib']:,.0f}" for name, m in sorted(memory.items()))
+        rows.append(f"| memory (RSS, MiB) while loading | node with a queue: in the cost rows below | peak over the "
+                    f"live run, each process tree: {cells} [6] |")
     return rows
 
 
@@ -45,7 +52,7 @@ def _fault_rows(r: dict[str, Any], prov: dict[str, Any]) -> list[str]:
     big_cell = (f"{big['rows']:,} rows, the node SIGKILLed with {big['killed']['insert_read_rows_at_kill']:,} read by "
                 f"the insert and {big['killed']['rows_in_target_at_kill']:,} in the target (staged); after the "
                 f"restart and the task's retry: {big['times_loaded']}x the file [6]") if big and big.get(
-                    "killed") else "not measured"  # fmt: skip
+                    "killed") and "missed" not in big["killed"] else "not measured"  # fmt: skip
     late_cell = (f"{late['loaded_once']} of {late['keys']} late keys loaded once, through the live stream [6]"
                  if late else "loaded: the ledger decides, not a watermark (cited, [5])")
     reup_cell = (f"left out as a changed file (`on_changed='skip'`, the events' default): new rows {reup['new_rows']}, "
@@ -106,6 +113,19 @@ def _load_rows(r: dict[str, Any], prov: dict[str, Any]) -> list[str]:
         rows.append(f"| throughput, {lg['files']} files, {lg['bytes'] / 1e6:,.0f} MB CSV: unordered | "
                     f"{lg['load_s']} s: {lg['mb_per_s']} MB/s, {lg['rows_per_s']:,} rows/s; {lg['parts_made']} "
                     f"parts | not run on these files |")  # fmt: skip
+    if tp := prov.get("throughput"):  # both sides on the same files, in one run [7]
+        sp = tp["small"]["provider"]
+        for s in tp["small"]["s3queue"]:
+            rows.append(f"| throughput, {s['files']:,} files of {s['file_bytes']:,} B, the same files for both (one "
+                        f"run [7]): {s['mode']} | {s['load_s']} s: {s['rows_per_s']:,} rows/s; {s['parts_made']} "
+                        f"parts, {s['commits']} commits; each once: {s['exactly_once']} | one ledger load "
+                        f"(`max_files_per_load=1000`): {sp['load_s']} s: {sp['rows_per_s']:,} rows/s; {sp['inserts']} "
+                        f"inserts, {sp['parts_made']} parts; each once: {sp['exactly_once']} |")  # fmt: skip
+        lq, lp = tp["large"]["s3queue"], tp["large"]["provider"]
+        rows.append(f"| throughput, {lq['files']} files, {lq['bytes'] / 1e6:,.0f} MB CSV, the same files for both (one "
+                    f"run [7]): unordered | {lq['load_s']} s: {lq['mb_per_s']} MB/s, {lq['rows_per_s']:,} rows/s; "
+                    f"{lq['parts_made']} parts | one ledger load: {lp['load_s']} s: {lp['mb_per_s']} MB/s, "
+                    f"{lp['rows_per_s']:,} rows/s; {lp['parts_made']} parts; each once: {lp['exactly_once']} |")
     c = r.get("cost")
     if c:
         pc = prov.get("cost")
@@ -144,7 +164,8 @@ def render_md(result: dict[str, Any]) -> str:
             f"[{i}] {prov[k]['source']}" for i, k in enumerate(("latency", "kills", "batching", "cost"), 1) if k in prov
         )
         + "; [5] docs/ledger.md"
-        + ("; [6] " + prov["scenarios"]["source"] if "scenarios" in prov else "") + ".",  # fmt: skip
+        + ("; [6] " + prov["scenarios"]["source"] if "scenarios" in prov else "")
+        + ("; [7] " + prov["throughput"]["source"] if "throughput" in prov else "") + ".",  # fmt: skip
         "",
     ]
     return "\n".join(lines)

@@ -23,7 +23,7 @@ from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.airflow import COMPONENTS
 from airflow_provider_s3ch.local.cli import main
 from airflow_provider_s3ch.local.live import COLUMNS, LiveOptions, run_live
-from bench.continuous_scenarios import BIG, LATE, Scenarios, outcome
+from bench.continuous_scenarios import IDLE, LATE, Scenarios, outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 TABLE = "default.live_events"
@@ -40,11 +40,11 @@ def stack() -> Iterator[LocalStack]:
 def test_live_puts_files_and_each_reaches_the_table_once(stack: LocalStack, tmp_path: Path) -> None:
     """Beside the feed's files, the fault scenarios of the S3Queue comparison in small (bench/continuous_scenarios.py):
     a file with a row that cannot be parsed, a loaded key put again with new bytes, late keys sorting before the
-    others, and a file of 300,000 rows with the ClickHouse node SIGKILLed while the insert reads it."""
+    others, and a file of 1,000,000 rows with the ClickHouse node SIGKILLed while the insert reads it."""
     lines: list[str] = []
     options = LiveOptions(dag_file=ROOT / "example_dags" / "example_continuous.py", table=TABLE, seconds=15,
                           rows_per_file=50, report_every=3, drain_timeout=240)  # fmt: skip
-    hook = Scenarios(stack, options, 300_000, lines.append, at={"bad": 2, "reupload": 4, "late": 6, "big": 8})
+    hook = Scenarios(stack, options, 1_000_000, lines.append, at={"bad": 2, "reupload": 4, "late": 6, "big": 8})
     result = run_live(stack, options, home=tmp_path, say=lines.append, faults=hook)
     out = "\n".join(lines)
     print(out)
@@ -52,7 +52,7 @@ def test_live_puts_files_and_each_reaches_the_table_once(stack: LocalStack, tmp_
     assert result.put == 15
     # What the table holds, read here, not taken from the command: each file's 50 rows once, no other rows.
     per_file = stack.clickhouse_client().execute(f"SELECT file, count(), uniqExact(id) FROM {TABLE} WHERE file < "
-                                                 f"{BIG} GROUP BY file ORDER BY file")  # fmt: skip
+                                                 f"{IDLE} GROUP BY file ORDER BY file")  # fmt: skip
     assert per_file == [(n, 50, 50) for n in range(1, 16)]
     scenarios = outcome(stack, dataclasses.replace(options, files=15), hook, result, tmp_path)
     assert scenarios["ok"], scenarios
