@@ -176,3 +176,20 @@ def test_a_worker_killed_around_the_setting_aside_is_retried_to_the_same_end(sta
         assert [k for k, _ in set_aside_rows(f)] == [f.key(2)], where
         assert staging_left(stack) == [], where
         assert f.run(run_id="next", on_bad_file="set_aside")["written_rows"] == 0, where
+
+
+def test_into_a_table_with_a_view_the_view_gets_the_other_files_once(stack: LocalStack, bucket: str) -> None:
+    """The failed insert fed the view's staging twin too: it is dropped with the staging table, and the insert without
+    the file feeds the view once."""
+    f = new_files(stack)
+    ch, agg = stack.clickhouse_client(), f"{f.table}_agg"
+    ch.execute(f"CREATE TABLE {agg} (file UInt16, n UInt64) ENGINE = SummingMergeTree ORDER BY file")
+    ch.execute(f"CREATE MATERIALIZED VIEW {f.table}_mv TO {agg} AS SELECT file, count() AS n FROM {f.table} "
+               "GROUP BY file")
+    f.put(1, 3)
+    put_bad(f, 2)
+    out = f.run(on_bad_file="set_aside")
+    assert [a["key"] for a in out["ledger"]["set_aside_files"]] == [f.key(2)]
+    assert fingerprint(stack, f.table) == clean_of(f, [1, 3])
+    assert ch.execute(f"SELECT file, sum(n) FROM {agg} GROUP BY file ORDER BY file") == [(1, ROWS), (3, ROWS)]
+    assert staging_left(stack) == []
