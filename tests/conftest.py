@@ -71,6 +71,7 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/unit/test_load_package.py": "reads load/'s layout from its source",
     "tests/unit/test_module_sizes.py": "counts the shells' lines",
     "tests/unit/test_readme.py": "reads the README's figures against core constants",
+    "tests/unit/test_s3queue_report.py": "renders the side-by-side report from bench/results",
     # The load path on the real servers: ClickHouse and S3 see the same statements and requests on every
     # Airflow (the goldens record them); Airflow's part of each load is the operator's entry, checked above.
     "tests/integration/test_distributed.py": "s3Cluster plans and their inserts on three nodes",
@@ -89,6 +90,8 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/integration/test_ledger_model_cluster.py": "the ledger against its model on three nodes, nodes killed",
     "tests/integration/test_ledger_heartbeat.py": "heartbeats and stale claims on the servers (loads killed)",
     "tests/integration/test_ledger_partitions.py": "replace_partitions with the ledger, on the servers",
+    "tests/integration/test_bad_files.py": "files set aside by the ledger after the server's data errors, loads killed",
+    "tests/integration/test_look_objects.py": "a listing of a key range against HeadObject, through boto3 on moto",
     "tests/integration/test_local_cli.py": "s3ch-local's processes (no Airflow)",
     "tests/integration/test_memory_replan.py": "smaller plans after the server's memory error",
     "tests/integration/test_native_client.py": "hooks/native.py's clients (clickhouse-driver)",

@@ -149,8 +149,9 @@ def _statements(f: Files, kwargs: dict[str, Any]) -> list[str]:
 
 
 def test_a_worker_killed_around_the_setting_aside_is_retried_to_the_same_end(stack: LocalStack, bucket: str) -> None:
-    """SIGKILLed before each statement from the failed insert to the insert without the file (and in flight at
-    them): the retry loads the good files once, the bad one is set aside once, no staging table is left."""
+    """SIGKILLed before each statement from the failed insert to the insert without the file (and 5 ms into the failed
+    insert, the record's write and the release): the retry loads the good files once, the bad one is set aside once,
+    no staging table is left."""
     probe = new_files(stack)
     probe.put(1, 3)
     put_bad(probe, 2)
@@ -159,7 +160,8 @@ def test_a_worker_killed_around_the_setting_aside_is_retried_to_the_same_end(sta
     sent = [s for s in _statements(probe, probe_kwargs) if "heartbeat" not in s]
     inserts = [i + 1 for i, s in enumerate(sent) if s == "the insert"]
     assert len(inserts) == 2, sent  # the insert that failed, the insert without the file
-    points = [(n, ms) for n in range(inserts[0], inserts[1] + 1) for ms in (0, 5)]
+    aside = next(i + 1 for i, s in enumerate(sent) if "_set_aside" in s and s.startswith("INSERT"))
+    points = [(n, 0) for n in range(inserts[0], inserts[1] + 1)] + [(n, 5) for n in (inserts[0], aside, aside + 1)]
     env = {k: v for k, v in os.environ.items() if k.startswith("AIRFLOW")}
     for die_at, in_flight_ms in points:
         f = new_files(stack)

@@ -29,7 +29,7 @@ def bucket(stack: LocalStack) -> str:
     return BUCKET
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(asked=st.sets(st.sampled_from(KEYS), min_size=LIST_FROM_KEYS, max_size=len(KEYS)),
        missing=st.lists(st.text("xyz/.", min_size=1, max_size=5), max_size=5), change=st.data())
 def test_a_listing_of_the_range_says_what_head_object_says(stack: LocalStack, bucket: str, asked: set[str],
