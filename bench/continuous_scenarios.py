@@ -39,17 +39,13 @@ from airflow_provider_s3ch.compat import AIRFLOW_VERSION
 from airflow_provider_s3ch.local import LocalStack
 from airflow_provider_s3ch.local.airflow import Airflow
 from airflow_provider_s3ch.local.live import DAG_ID, STRUCTURE, LiveOptions, LiveResult, Tracker, run_live, tally
+from bench.s3queue_scenarios import body
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "continuous_scenarios.json"
 ROWS = 100
 BAD, BIG, LATE, IDLE = 900_001, 700_001, list(range(800_001, 800_009)), 600_001
 REUPLOADED = 3
-
-
-def body(n: int, rows: int = ROWS, tag: str = "v") -> bytes:
-    """File ``n``'s CSV rows, as the live run's files (``file``, ``id``, ``v``); ``tag`` starts ``v``."""
-    return "".join(f"{n},{n * 1_000_000 + i},{tag}{i}\n" for i in range(rows)).encode()
 
 
 class Scenarios:
@@ -69,6 +65,8 @@ class Scenarios:
         #: sampled every few seconds: the peak and the last sample.
         self.memory: dict[str, dict[str, float]] = {}
         self._sampled = 0.0
+        #: The live run's Airflow (its metadata database holds what the runs told).
+        self.airflow: Airflow | None = None
         self.s3, self.ch = stack.s3_client(), stack.clickhouse_client()
         self.put_at: dict[int, float] = {}
         self.seen_at: dict[int, float] = {}
@@ -84,10 +82,11 @@ class Scenarios:
         self.put_at[n] = time.monotonic()
 
     def __call__(self, airflow: Airflow, tracker: Tracker) -> bool:
+        self.airflow = airflow
         put, at = len(tracker.put_at), self.at
         tracker.extra |= {BAD, BIG, *LATE, *range(IDLE, IDLE + len(self.idle))}
         if put >= at["bad"] and "bad" not in self.done:
-            lines = body(BAD).decode().splitlines(keepends=True)
+            lines = body(BAD, ROWS).decode().splitlines(keepends=True)
             lines[50] = f"{BAD},not-a-number,bad\n"
             self._put(self.key(BAD), "".join(lines).encode(), BAD)
             self.done.add("bad")
@@ -99,7 +98,7 @@ class Scenarios:
             self.say(f"put {tracker.key(REUPLOADED)} again with new bytes")
         if put >= at["late"] and "late" not in self.done:
             for n in LATE:
-                self._put(self.key(n, late=True), body(n), n)
+                self._put(self.key(n, late=True), body(n, ROWS), n)
             self.done.add("late")
             self.say(f"put {len(LATE)} late keys, sorting before every key put so far")
         if put >= at["big"] and "big" not in self.done:
@@ -206,10 +205,9 @@ class Scenarios:
                 and bool(self.set_aside()) and self.kill is not None)  # fmt: skip
 
 
-def told(airflow_home: Path) -> dict[str, Any]:
-    """What the DAG's runs told in their XComs' ``ledger`` entries: files set aside, changed files left out."""
-    airflow = Airflow.__new__(Airflow)
-    airflow.home = airflow_home
+def told(airflow: Airflow) -> dict[str, Any]:
+    """What the DAG's runs told in their XComs' ``ledger`` entries: files set aside, changed files left out (read
+    from its metadata database, once its processes stopped too)."""
     rows = airflow.db("SELECT value FROM xcom WHERE dag_id = ? AND key = 'return_value'", DAG_ID)
     set_aside, changed, runs = [], [], 0
     for (value,) in rows:
@@ -234,21 +232,20 @@ def run(args: argparse.Namespace, say: Any = print) -> dict[str, Any]:
     with LocalStack(nodes=1, region="eu-west-3") as stack, tempfile.TemporaryDirectory(prefix="s3ch-sc-") as home:
         hook = Scenarios(stack, options, args.big_rows, say, idle=args.idle)
         result = run_live(stack, options, home=Path(home), say=say, faults=hook)
-        out = outcome(stack, options, hook, result, Path(home))
+        out = outcome(stack, options, hook, result)
     return {"airflow": AIRFLOW_VERSION, "python": platform.python_version(), "interval_s": args.interval,
             "duration_s": round(time.monotonic() - started, 1), **out}  # fmt: skip
 
 
-def outcome(stack: LocalStack, options: LiveOptions, hook: Scenarios, result: LiveResult,
-            home: Path) -> dict[str, Any]:
+def outcome(stack: LocalStack, options: LiveOptions, hook: Scenarios, result: LiveResult) -> dict[str, Any]:
     """What the table, the ledger and the runs' XComs hold after a live run with :class:`Scenarios`, file by
     file; ``ok`` when every scenario ended as the provider means it to."""
-    assert options.files is not None
+    assert options.files is not None and hook.airflow is not None
     ch, rows = stack.clickhouse_client(), options.rows_per_file
     counts = {int(f): int(c) for f, c in ch.execute(f"SELECT file, count() FROM {options.table} GROUP BY file")}
     reup = dict(ch.execute(f"SELECT substring(v, 1, 1), count() FROM {options.table} WHERE file = {REUPLOADED} "
                            "GROUP BY 1"))  # fmt: skip
-    aside, said = hook.set_aside(), told(home)
+    aside, said = hook.set_aside(), told(hook.airflow)
     main = {n: c for n, c in counts.items() if n < IDLE}
     feed = range(1, options.files + 1)
     counted = tally(main, feed, feed, rows)

@@ -54,7 +54,7 @@ def test_live_puts_files_and_each_reaches_the_table_once(stack: LocalStack, tmp_
     per_file = stack.clickhouse_client().execute(f"SELECT file, count(), uniqExact(id) FROM {TABLE} WHERE file < "
                                                  f"{IDLE} GROUP BY file ORDER BY file")  # fmt: skip
     assert per_file == [(n, 50, 50) for n in range(1, 16)]
-    scenarios = outcome(stack, dataclasses.replace(options, files=15), hook, result, tmp_path)
+    scenarios = outcome(stack, dataclasses.replace(options, files=15), hook, result)
     assert scenarios["ok"], scenarios
     assert result.exactly_once and result.loaded == 15 and len(result.latencies) == 15
     assert result.runs and all(kind.endswith("/success") for kind in result.runs), result.runs
