@@ -92,6 +92,7 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/integration/test_ledger_partitions.py": "replace_partitions with the ledger, on the servers",
     "tests/integration/test_bad_files.py": "files set aside by the ledger after the server's data errors, loads killed",
     "tests/integration/test_look_objects.py": "a listing of a key range against HeadObject, through boto3 on moto",
+    "tests/integration/test_compact_parts.py": "the staging table's part format on the engine (compact_parts)",
     "tests/integration/test_local_cli.py": "s3ch-local's processes (no Airflow)",
     "tests/integration/test_memory_replan.py": "smaller plans after the server's memory error",
     "tests/integration/test_native_client.py": "hooks/native.py's clients (clickhouse-driver)",

@@ -153,9 +153,19 @@ class LoadRequest(BaseModel):
     s3_credentials: S3CredentialsMode = "forward"
     named_collection: str | None = None
     role_arn: str | None = None
+    #: The staging table writes its parts under 64 MiB in ClickHouse's Compact format (``min_bytes_for_wide_part``):
+    #: a faster insert into many partitions, parts that stay Compact in the target until merges rewrite them
+    #: (docs/tuning.md#compact-parts).
+    compact_parts: bool = False
 
     @model_validator(mode="after")
     def _contract(self) -> LoadRequest:
+        if self.compact_parts and self.mode == "overwrite":
+            raise InvalidRequestError(
+                "compact_parts=True with mode='overwrite' would leave min_bytes_for_wide_part in the table's own "
+                "settings (the staging table becomes the table): use mode='append' or 'replace_partitions', or "
+                "set min_bytes_for_wide_part on the table yourself"
+            )
         if self.schema_check == "ignore_extra" and self.on_schema_change == "add_columns":
             raise InvalidRequestError(
                 "schema_check='ignore_extra' leaves the files' extra columns out, on_schema_change='add_columns' "

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 from airflow_provider_s3ch.core.errors import InvalidRequestError, PlanError
 from airflow_provider_s3ch.core.models import LoadRequest, Mode, TableRef
+from airflow_provider_s3ch.core.part_format import with_compact_parts
 from airflow_provider_s3ch.core.server_models import ClusterNode, TableInfo
 from airflow_provider_s3ch.core.shards import DISTRIBUTED_SUFFIX, Shards, shards_of, stageable_shards
 from airflow_provider_s3ch.core.view_replay import feed_table, replay_problem
@@ -187,16 +188,21 @@ class LoadSteps(BaseModel):
     #: The staging twins of the materialized views that read the target, down the chains
     #: (:mod:`airflow_provider_s3ch.core.views`): the insert into ``staging`` feeds them once.
     views: list[StagedView] = Field(default_factory=list)
+    #: ``compact_parts``: the ``min_bytes_for_wide_part`` the staging tables are created with (parts under it are
+    #: written Compact); None: the target's own part format.
+    compact_parts: int | None = None
 
     @model_serializer(mode="wrap")
     def _without_shards_on_one_node(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A one-node load's steps serialize as before shards existed, and a load without views as before views
-        were staged (XComs, deferred payloads)."""
+        """A one-node load's steps serialize as before shards existed, a load without views as before views
+        were staged, and one without ``compact_parts`` as before it (XComs, deferred payloads)."""
         out = handler(self)
         if self.shards is None:
             out.pop("shards", None)
         if not self.views:
             out.pop("views", None)
+        if self.compact_parts is None:
+            out.pop("compact_parts", None)
         return out
 
     @property
@@ -282,7 +288,15 @@ def _views_plan(table: TableInfo, dependent_views: list[str], staging: TableRef,
 
 
 def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[ClusterNode] = (),
-               cluster: str | None = None) -> LoadSteps:
+               cluster: str | None = None, compact_parts: bool = False) -> LoadSteps:
+    """Decide how a load in ``mode`` reaches ``table`` (:func:`_steps`); with ``compact_parts``, its staging tables
+    write parts under :data:`COMPACT_PART_BYTES` Compact (:func:`with_compact_parts`)."""
+    steps = _steps(mode, table, stem, nodes=nodes, cluster=cluster)
+    return with_compact_parts(steps, table) if compact_parts else steps
+
+
+def _steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[ClusterNode] = (),
+           cluster: str | None = None) -> LoadSteps:
     """Decide how a load in ``mode`` reaches ``table``.
 
     - ``append``: into a staging table, then each of its partitions is moved into the

@@ -47,6 +47,10 @@ def split_args(text: str) -> list[str]:
     return out
 
 
+#: A table's own ``min_bytes_for_wide_part`` in its ``engine_full`` (``SETTINGS …, min_bytes_for_wide_part = N``).
+_WIDE_PART_RE = re.compile(r"\bmin_bytes_for_wide_part = (\d+)")
+
+
 def table_info(
     database: str, name: str, engine: str, partition_key: str, sorting_key: str, engine_full: str
 ) -> TableInfo:
@@ -54,6 +58,8 @@ def table_info(
     info = TableInfo(
         database=database, name=name, engine=engine, partition_key=partition_key, sorting_key=sorting_key
     )
+    wide = _WIDE_PART_RE.search(engine_full or "")
+    info.wide_part_bytes = int(wide.group(1)) if wide else None
     m = _DIST_ARGS_RE.match(engine_full or "")
     if engine == "Distributed" and m:
         args = split_args(m.group(1)) + [None] * 4  # type: ignore[list-item]

@@ -69,13 +69,18 @@ class TableInfo(BaseModel):
     exists: bool = True
     #: The server's tables as the views' staging reads them; read only when views read the target.
     view_rows: list[ViewRow] = Field(default_factory=list)
+    #: ``min_bytes_for_wide_part`` where the table's definition sets it; None: the server's default.
+    wide_part_bytes: int | None = None
 
     @model_serializer(mode="wrap")
     def _without_view_rows(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """A target without views serializes as before (XComs, deferred payloads)."""
+        """A target without views, and without its own ``min_bytes_for_wide_part``, serializes as before (XComs,
+        deferred payloads)."""
         out = handler(self)
         if not self.view_rows:
             out.pop("view_rows", None)
+        if self.wide_part_bytes is None:
+            out.pop("wide_part_bytes", None)
         return out
 
     @property

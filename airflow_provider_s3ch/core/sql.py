@@ -395,15 +395,19 @@ def scrub(text: str, credentials: S3Credentials | None) -> str:
 # Statements for the staging table that retry-safe modes load into (see staging.py).
 
 
-def render_create_staging(staging: TableRef, target: TableRef, *, part_uuids: bool = False) -> str:
+def render_create_staging(staging: TableRef, target: TableRef, *, part_uuids: bool = False,
+                          wide_part_bytes: int | None = None) -> str:
     """``CREATE TABLE staging AS target``: same columns, engine, partition key, ORDER BY, settings.
 
     :param staging: the staging table.
     :param target: the table whose structure it copies.
     :param part_uuids: every part gets a UUID (``assign_part_uuids``), which ``MOVE PARTITION`` keeps.
+    :param wide_part_bytes: its ``min_bytes_for_wide_part`` (``compact_parts``); None: the target's.
     """
-    uuids = " SETTINGS assign_part_uuids = 1" if part_uuids else ""
-    return f"CREATE TABLE {render_table(staging)} AS {render_table(target)}{uuids}"
+    settings = [*(["assign_part_uuids = 1"] if part_uuids else []),
+                *([f"min_bytes_for_wide_part = {int(wide_part_bytes)}"] if wide_part_bytes is not None else [])]
+    return f"CREATE TABLE {render_table(staging)} AS {render_table(target)}" + (
+        f" SETTINGS {', '.join(settings)}" if settings else "")
 
 
 def render_drop_table(table: TableRef) -> str:

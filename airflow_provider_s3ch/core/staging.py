@@ -124,7 +124,8 @@ def prepare_statements(
         out.append(Statement(render_drop_table(staging), f"Dropped staging table {staging} left by an earlier try"))
     out.append(
         # append: the parts carry UUIDs, so that a retry sees which ones a MOVE cut short by a crash had moved
-        Statement(render_create_staging(staging, steps.target, part_uuids=steps.finalize == "move"),
+        Statement(render_create_staging(staging, steps.target, part_uuids=steps.finalize == "move",
+                                        wide_part_bytes=steps.compact_parts),
                   f"Created staging table {staging} AS {steps.target}"))
     if steps.marker is not None:
         out.append(Statement(render_set_comment(staging, steps.marker), ""))

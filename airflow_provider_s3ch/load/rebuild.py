@@ -149,7 +149,7 @@ class PartitionRebuild:
         table = rebuild_table(staging)
         try:
             self.hook.execute(render_drop_table(table))
-            self.hook.execute(render_create_staging(table, steps.target))
+            self.hook.execute(render_create_staging(table, steps.target, wide_part_bytes=steps.compact_parts))
             self.fill(rebuild, plan, query_id, table)
             for pid in rebuild.partitions:
                 self.hook.execute(render_attach_partition(table, staging, pid))

@@ -88,6 +88,8 @@ class LoadReport(BaseModel):
     sql: str | None = None
     plan: dict[str, Any] | None = None
     steps: dict[str, Any] | None = None
+    #: ``compact_parts=True``: the staging tables' ``min_bytes_for_wide_part`` (parts under it written Compact).
+    compact_parts: dict[str, Any] | None = None
 
     def to_xcom(self) -> dict[str, Any]:
         """The JSON-safe dict Airflow stores: the keys this kind of load sets, None values included."""
@@ -181,6 +183,8 @@ def build_report(loads: list[Loaded], metrics: LoadMetrics, partitions: list[str
     if len(loads) > 1 or end.chunked:
         files = [o for one in loads for o in one.files or []]
         result.update(files=len(files), bytes=sum(o.size for o in files), chunks=[one.figures() for one in loads])
+    if last.steps.compact_parts is not None:
+        result["compact_parts"] = {"min_bytes_for_wide_part": last.steps.compact_parts}
     if end.ledger is not None:
         result["ledger"] = end.ledger
     if end.freshness is not None:

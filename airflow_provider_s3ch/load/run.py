@@ -268,7 +268,7 @@ class LoadRun:
             self._columns = facts.columns
             plan = self._tag(facts.plan, listed.manifest, facts.profile, "plan")
             steps = plan_steps(self.request.mode, facts.profile.table, query_id.stem, nodes=facts.profile.nodes,
-                               cluster=facts.profile.cluster)
+                               cluster=facts.profile.cluster, compact_parts=self.request.compact_parts)
             if ledger is not None:  # only a load through a staging table
                 ledger.check(steps, plan)
             rendered = render_insert(plan, listed.credentials, target=steps.staging)

@@ -60,6 +60,7 @@ class S3ToClickHouseOperator(BaseOperator):
     :param dry_run: plan and render only; load nothing.
     :param mode: ``append``, ``replace_partitions`` or ``overwrite``, through a staging table where the
         target allows it (docs/retries-and-modes.md). (templated)
+    :param compact_parts: staging parts under 64 MiB written Compact, until merged (docs/tuning.md#compact-parts).
     :param earlier_try_timeout: seconds a retry waits for an earlier try's query that still runs (6 h).
     :param deferrable: start the insert over HTTP and free the worker slot while the triggerer follows it
         (docs/deferrable.md); default ``[operators] default_deferrable``.
@@ -156,6 +157,7 @@ class S3ToClickHouseOperator(BaseOperator):
         named_collection: str | None = None,
         role_arn: str | None = None,
         files_from: str = "listing",
+        compact_parts: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -180,7 +182,7 @@ class S3ToClickHouseOperator(BaseOperator):
         self.table_settings, self.on_schema_change = table_settings, on_schema_change
         # the ledger
         self.skip_loaded, self.on_changed, self.ledger_table = skip_loaded, on_changed, ledger_table
-        self.on_bad_file = on_bad_file
+        self.on_bad_file, self.compact_parts = on_bad_file, compact_parts
         self.skip_when_empty, self.claim_timeout, self.claim_heartbeat = skip_when_empty, claim_timeout, claim_heartbeat
         self.max_files_per_load, self.max_bytes_per_load = max_files_per_load, max_bytes_per_load
         self.s3_credentials, self.named_collection, self.role_arn = s3_credentials, named_collection, role_arn
@@ -193,10 +195,8 @@ class S3ToClickHouseOperator(BaseOperator):
             request = LoadRequest.from_arguments(
                 s3_uri=self.s3_uri,
                 table=self.table,
-                format=self.format or None,
-                compression=self.compression or None,
-                structure=self.structure or None,
-                memory_cap=self.memory_cap,
+                format=self.format or None, compression=self.compression or None,
+                structure=self.structure or None, memory_cap=self.memory_cap,
                 workload=self.workload,
                 region_check=self.region_check,
                 settings=self.settings,
@@ -204,6 +204,7 @@ class S3ToClickHouseOperator(BaseOperator):
                 cluster=self.cluster or None,
                 dry_run=self.dry_run,
                 mode=self.mode,
+                compact_parts=self.compact_parts,
                 schema_check=self.schema_check,
                 create_table=self.create_table,
                 on_schema_change=self.on_schema_change,
@@ -214,8 +215,7 @@ class S3ToClickHouseOperator(BaseOperator):
                 skip_when_empty=self.skip_when_empty,
                 max_files_per_load=self.max_files_per_load,
                 max_bytes_per_load=self.max_bytes_per_load,
-                s3_credentials=self.s3_credentials,
-                named_collection=self.named_collection or None,
+                s3_credentials=self.s3_credentials, named_collection=self.named_collection or None,
                 role_arn=self.role_arn or None,
             )
             check_ledger_request(request)

@@ -378,3 +378,36 @@ def test_an_unpartitioned_tables_load_says_no_partition_key_not_tuple() -> None:
                                 staging_partitions=[("all", "tuple()")])
     assert moved.steps[0].note == "Moved the table's rows (no partition key)", moved.steps[0].note
     assert moved.partitions == ["tuple()"]  # the XCom keeps the server's own name
+
+
+# ---------------------------------------------------------------------- compact_parts
+
+
+def test_compact_parts_set_the_staging_tables_part_format_only_where_it_changes_something() -> None:
+    from airflow_provider_s3ch.core.part_format import COMPACT_PART_BYTES
+    from airflow_provider_s3ch.core.server import table_info
+
+    steps = plan_steps("append", MT, "abc", compact_parts=True)
+    assert steps.compact_parts == COMPACT_PART_BYTES and "written Compact" in steps.reason
+    assert steps.model_dump(mode="json")["compact_parts"] == COMPACT_PART_BYTES
+    assert "compact_parts" not in plan_steps("append", MT, "abc").model_dump(mode="json")  # XComs as before
+    create = prepare_statements(steps, staging_exists=False)[0].sql
+    assert create.endswith(f"SETTINGS assign_part_uuids = 1, min_bytes_for_wide_part = {COMPACT_PART_BYTES}")
+    replace = plan_steps("replace_partitions", MT, "abc", compact_parts=True)
+    assert prepare_statements(replace, staging_exists=False)[0].sql.endswith(
+        f"SETTINGS min_bytes_for_wide_part = {COMPACT_PART_BYTES}")
+    # A table that sets a larger threshold of its own keeps it; a direct insert says the option did nothing.
+    own = table_info("db", "posts", "MergeTree", "tuple()", "id",
+                     "MergeTree ORDER BY id SETTINGS index_granularity = 8192, min_bytes_for_wide_part = 1073741824")
+    assert own.wide_part_bytes == 1073741824
+    kept = plan_steps("append", own, "abc", compact_parts=True)
+    assert kept.compact_parts is None and "(1073741824) is kept" in kept.reason
+    direct = plan_steps("append", REPL, "abc", compact_parts=True)
+    assert direct.staging is None and any("compact_parts=True has no effect" in w for w in direct.warnings)
+    assert render_create_staging(TableRef(database="d", name="s"), TableRef(database="d", name="t")) == (
+        "CREATE TABLE `d`.`s` AS `d`.`t`")
+
+
+def test_compact_parts_with_overwrite_is_refused_in_the_request() -> None:
+    with pytest.raises(InvalidRequestError, match="compact_parts=True with mode='overwrite'"):
+        LoadRequest(s3_uri="s3://b/k.parquet", table="db.t", mode="overwrite", compact_parts=True)
