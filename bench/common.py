@@ -101,13 +101,15 @@ class Planned:
 
 
 def run_operator(stack: Any, client: Any, ds: Dataset, table: str, cfg: Config, memory_cap: str | None = None,
-                 ready: bool = True, settings: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Variant (c): ``S3ToClickHouseOperator(...).execute(context)``; its figures from query_log."""
+                 ready: bool = True, settings: dict[str, Any] | None = None, **options: Any) -> dict[str, Any]:
+    """Variant (c): ``S3ToClickHouseOperator(...).execute(context)``; its figures from query_log.
+
+    :param options: more of the operator's arguments (e.g. ``compact_parts=True``)."""
     from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 
     op = S3ToClickHouseOperator(
         task_id="load", s3_uri=ds.s3_uri, table=f"{DATABASE}.{table}", memory_cap=memory_cap,
-        settings=settings or None,
+        settings=settings or None, **options,
     )
     context = fake_context(f"bench-{uuid.uuid4().hex[:10]}")
     query_id = str(op.query_id(context))

@@ -18,9 +18,10 @@ At each point (rung x partitions), one round, interleaved, each load into a fres
   :data:`GRID`, and with ClickHouse's default download buffer instead of the plan's (``*-buf10``);
 - ``defaults-again``: the defaults' statement once more: how far two identical loads fall apart here;
 - ``operator``: ``S3ToClickHouseOperator(...).execute`` (listing, plan, staging table, insert, publish,
-  figures), its wall time against ``defaults``' client wall time; ``operator-compact``: the same with its staging
-  table writing parts under 64 MiB Compact (``min_bytes_for_wide_part``; not what the operator does: those
-  parts would stay Compact in the user's table), for what publishing costs with one file a part.
+  figures), its wall time against ``defaults``' client wall time; ``operator-compact``: the same with
+  ``compact_parts=True`` (its staging table writes parts under 64 MiB Compact, ``min_bytes_for_wide_part``; off by
+  default: those parts stay Compact in the user's table until merged), for what publishing costs with one file a
+  part.
 
 Per load: the insert's ``query_duration_ms`` and ``memory_usage`` (``system.query_log``). Per point: the
 fastest load whose peak fits the plan's budget, the plan against it (within 5 %?), the lightest load within
@@ -84,9 +85,6 @@ GRID = (
 #: 120-partition table runs at all. It is the one setting a user has to add to the statement for this table.
 COMMON = {"max_partitions_per_insert_block": 0}
 
-#: The variant ``operator-compact``: its staging table writes parts under 64 MiB in the Compact format.
-COMPACT_STAGING = "min_bytes_for_wide_part = 67108864"
-
 #: Speed the plan may give up against the fastest point that fits, and the least gain extra memory must buy.
 TOLERANCE = 0.05
 
@@ -141,19 +139,14 @@ def judge(loads: list[dict[str, Any]], budget: int) -> dict[str, Any]:
 def _one_load(stack: Any, client: Any, ds: Any, ddl: Any, tag: str, label: str, settings: dict[str, Any] | None,
               source: str, cfg: Config) -> dict[str, Any]:
     """One load into a fresh table (dropped after): the operator's where ``settings`` is None."""
-    from airflow_provider_s3ch.core import staging
-
     table = new_table(client, DATABASE, ddl, f"{tag}_{label.replace('-', '_')}")
-    create = staging.render_create_staging
     try:
         if settings is None:
-            if label == "operator-compact":  # the staging table writes parts under 64 MiB Compact (not shipped)
-                staging.render_create_staging = lambda s, t: f"{create(s, t)} SETTINGS {COMPACT_STAGING}"
-            r = run_operator(stack, client, ds, table, cfg, ready=False, settings=COMMON)
+            r = run_operator(stack, client, ds, table, cfg, ready=False, settings=COMMON,
+                             compact_parts=label == "operator-compact")
         else:
             r = run_sql_insert(client, DATABASE, table, source, settings, ready=False)
     finally:
-        staging.render_create_staging = create
         client.execute(f"DROP TABLE IF EXISTS `{DATABASE}`.`{table}` SYNC")
     return {k: v for k, v in r.items() if k not in ("settings_reasons", "query_id")}
 
@@ -248,6 +241,7 @@ def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config, repeats: int,
             rounds[label].append(r)
             log(f"{tag} r{round_no + 1} {label:>14}: {r['duration_s']:7.2f} s  peak {r['peak_memory'] / MiB:7.0f} MiB"
                 + (f"  task {r['task_wall_s']} s" if settings is None else f"  wall {r.get('client_wall_s')} s")
+                + f"  parts {r.get('wide_parts', 0)} wide / {r.get('compact_parts', 0)} compact"
                 + ("" if r["ok"] else f"  FAILED {str(r.get('error'))[:160]}"))
     loads = [_median(label, rounds[label]) for label, _ in runs]
     for load, (_, settings) in zip(loads, runs, strict=True):

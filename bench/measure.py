@@ -34,7 +34,8 @@ def flush_and_fetch(client: Any, query_id: str, wait_s: float = 10.0) -> dict[st
         rows, cols = client.execute(
             "SELECT type, query_duration_ms, memory_usage, written_rows, written_bytes, read_rows, read_bytes, "
             "ProfileEvents['S3GetObject'] AS s3_get, ProfileEvents['S3ListObjects'] AS s3_list, "
-            "ProfileEvents['S3HeadObject'] AS s3_head, exception, Settings "
+            "ProfileEvents['S3HeadObject'] AS s3_head, ProfileEvents['InsertedWideParts'] AS wide_parts, "
+            "ProfileEvents['InsertedCompactParts'] AS compact_parts, exception, Settings "
             "FROM system.query_log WHERE query_id = %(q)s AND type != 'QueryStart' "
             "ORDER BY event_time_microseconds DESC LIMIT 1",
             {"q": query_id},
@@ -142,6 +143,9 @@ def summarize(
         "s3_get": int(log.get("s3_get") or 0),
         "s3_list": int(log.get("s3_list") or 0),
         "s3_head": int(log.get("s3_head") or 0),
+        # The parts the insert wrote (each block cut by partition): how many partitions its blocks spanned.
+        "wide_parts": int(log.get("wide_parts") or 0),
+        "compact_parts": int(log.get("compact_parts") or 0),
         "client_wall_s": round(wall_s, 3) if wall_s is not None else None,
         "settings": {k: (v if isinstance(v, int | float) else str(v)) for k, v in settings.items()},
     }
