@@ -49,6 +49,7 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/unit/test_metrics.py": "core.metrics",
     "tests/unit/test_modes.py": "core.recovery, core.staging, core.sql: the load modes' statements",
     "tests/unit/test_parquet_footer.py": "core.parquet_footer",
+    "tests/unit/test_parts_model.py": "core.plan.parts: the parts an insert writes",
     "tests/unit/test_peak_memory.py": "core.plan's memory model",
     "tests/unit/test_planner.py": "core.plan",
     "tests/unit/test_resume_reason.py": "core.recovery",
