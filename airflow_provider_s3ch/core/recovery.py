@@ -290,7 +290,7 @@ def _views_plan(table: TableInfo, dependent_views: list[str], staging: TableRef,
 def plan_steps(mode: str, table: TableInfo, stem: str, *, nodes: Sequence[ClusterNode] = (),
                cluster: str | None = None, compact_parts: bool = False) -> LoadSteps:
     """Decide how a load in ``mode`` reaches ``table`` (:func:`_steps`); with ``compact_parts``, its staging tables
-    write parts under :data:`COMPACT_PART_BYTES` Compact (:func:`with_compact_parts`)."""
+    write parts under :data:`~.part_format.COMPACT_PART_BYTES` Compact (:func:`~.part_format.with_compact_parts`)."""
     steps = _steps(mode, table, stem, nodes=nodes, cluster=cluster)
     return with_compact_parts(steps, table) if compact_parts else steps
 
