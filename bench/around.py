@@ -21,8 +21,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -31,9 +29,9 @@ from typing import Any
 
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
-from bench.common import BUCKET, DATABASE
-from bench.datasets import DatasetSpec, RowPool, node_files_dir, write_dataset
-from bench.end_to_end import FLOOR, OPERATOR, _as_new_files, _entry
+from bench.common import BUCKET, DATABASE, E2E_DATASETS
+from bench.datasets import RowPool, node_files_dir, write_dataset
+from bench.end_to_end import FLOOR, OPERATOR, _as_new_files, _entry, _fresh, fresh_env
 
 #: Put before each fresh load's script: each ClickHouse statement and S3 request, with its start (ms since the
 #: tracer was armed, which the load's script does right after its clock starts) and duration, printed as JSON
@@ -59,20 +57,15 @@ clickhouse_driver.Client.execute = _traced(lambda a, k: "ch: " + " ".join(str(a[
 botocore.client.BaseClient._make_api_call = _traced(lambda a, k: "s3: " + str(a[1]),
                                                     botocore.client.BaseClient._make_api_call)
 _print = print
-def print(*args, **kwargs):  # the script's last line: its JSON with the calls added
+def print(*args, **kwargs):  # the script's last line: its JSON with the calls and the provider's origin added
     text = " ".join(str(a) for a in args)
     if text.startswith("{"):
+        import airflow_provider_s3ch
         got = _json.loads(text)
-        got["calls"] = _calls
+        got.update(calls=_calls, origin=airflow_provider_s3ch.__file__)
         text = _json.dumps(got)
     _print(text, **kwargs)
 """
-
-DATASETS = (
-    DatasetSpec("e2e_parquet_20", "parquet", 400_000, 20, "20 Parquet files (~5.4 MB each)"),
-    DatasetSpec("e2e_csvgz_10", "csv.gz", 400_000, 10, "10 gzip'd CSV files (~9 MB each)"),
-)
-
 
 def _armed(script: str) -> str:
     """The script with the tracer put before it and armed when its clock starts."""
@@ -84,25 +77,13 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _run(script: str, args: dict[str, Any], env: dict[str, str], source: Path) -> dict[str, Any]:
-    """A fresh load with ``source``'s provider first on its path (checked: the script reports where it was from)."""
-    env = {**env, "PYTHONPATH": os.pathsep.join(p for p in (str(source), env.get("PYTHONPATH")) if p)}
-    script = script + "\nimport airflow_provider_s3ch as _p\n_print(_json.dumps({'from': _p.__file__}))\n"
-    proc = subprocess.run(
-        [sys.executable, "-c", script, json.dumps(args)],
-        env=env,
-        cwd=source,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or len(lines) < 2:
-        raise RuntimeError(f"a fresh load failed: {(proc.stdout + proc.stderr)[-2000:]}")
-    origin = json.loads(lines[-1])["from"]
-    if not origin.startswith(str(source)):
-        raise RuntimeError(f"the load ran the provider from {origin}, not from {source}")
-    return json.loads(lines[-2])
+    """A fresh load of :func:`_armed` ``script`` with ``source``'s provider (checked: the script reports where its
+    provider came from)."""
+    got = _fresh(_armed(script), args, {**env, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(source), env.get("PYTHONPATH")) if p)}, source=source)
+    if not got["origin"].startswith(str(source)):
+        raise RuntimeError(f"the load ran the provider from {got['origin']}, not from {source}")
+    return got
 
 
 def bench_around(
@@ -113,14 +94,8 @@ def bench_around(
     from bench.measure import new_table
 
     client = stack.clickhouse_client(send_receive_timeout=3600)
-    env = {
-        **os.environ,
-        **stack.airflow_env(),
-        "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-        "AIRFLOW_CONN_CLICKHOUSE_NATIVE_DEFAULT": json.dumps(stack.clickhouse_connection(0)),
-        "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(stack.aws_connection()),
-    }
     root = Path(__file__).resolve().parents[1]
+    env = fresh_env(stack, stack.s3_endpoint, root)
     sources = sources or {"operator": root}
     out = []
     for ds in datasets:
@@ -135,7 +110,7 @@ def bench_around(
                 try:
                     if variant in sources:
                         r = _run(
-                            _armed(OPERATOR),
+                            OPERATOR,
                             {"s3_uri": ds.s3_uri, "table": f"{DATABASE}.{table}"},
                             env,
                             sources[variant],
@@ -143,7 +118,7 @@ def bench_around(
                         settings = r.get("settings") or {}
                     else:
                         r = _run(
-                            _armed(FLOOR),
+                            FLOOR,
                             {
                                 "database": DATABASE,
                                 "table": table,
@@ -238,7 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         client.execute(f"CREATE DATABASE IF NOT EXISTS `{DATABASE}`")
         stack.create_bucket(BUCKET)
         pool = RowPool(args.rows_per_month)
-        datasets = [write_dataset(spec, pool, stack.s3_client(), BUCKET, node_files_dir(stack)) for spec in DATASETS]
+        s3 = stack.s3_client()
+        datasets = [write_dataset(spec, pool, s3, BUCKET, node_files_dir(stack)) for spec in E2E_DATASETS]
         del pool
         results = {
             "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -16,6 +16,12 @@ from typing import Any
 from bench.datasets import Dataset, DatasetSpec
 from bench.measure import flush_and_fetch, new_table, summarize, wait_ready
 
+#: The end-to-end section's 100 MB datasets (``make bench``; ``bench.around`` measures the time around their insert).
+E2E_DATASETS = (
+    DatasetSpec("e2e_parquet_20", "parquet", 400_000, 20, "end to end: 20 Parquet files (~5.4 MB each)"),
+    DatasetSpec("e2e_csvgz_10", "csv.gz", 400_000, 10, "end to end: 10 gzip'd CSV files (~9 MB each)"),
+)
+
 BUCKET = "s3ch-bench"
 DATABASE = "bench"
 

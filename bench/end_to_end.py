@@ -218,9 +218,24 @@ def _as_new_files(client: Any) -> None:
     client.execute("SYSTEM DROP PARQUET METADATA CACHE")
 
 
+def fresh_env(stack: Any, endpoint: str, source: Path = SOURCE) -> dict[str, str]:
+    """A fresh load's environment: the stack's Airflow, its connections reading S3 through ``endpoint``, and
+    ``source``'s provider first on the path."""
+    aws = stack.aws_connection()
+    aws["extra"] = {**aws["extra"], "endpoint_url": endpoint}
+    env = {**os.environ, **stack.airflow_env(), "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+           "AIRFLOW_CONN_CLICKHOUSE_NATIVE_DEFAULT": json.dumps(
+               stack.clickhouse_connection(0, s3_endpoint_url=endpoint)),
+           "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws)}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(source), env.get("PYTHONPATH")) if p)
+    return env
+
+
 def _fresh(script: str, args: dict[str, Any], env: dict[str, str], python: str | None = None,
-           tail: int = 2000) -> dict[str, Any]:  # fmt: skip
-    proc = subprocess.run([python or sys.executable, "-c", script, json.dumps(args)], env=env, cwd=SOURCE,
+           tail: int = 2000, source: Path = SOURCE) -> dict[str, Any]:  # fmt: skip
+    """Run ``script`` in a new process, in ``source`` (the checkout on its path: :func:`fresh_env`); its last
+    line's JSON."""
+    proc = subprocess.run([python or sys.executable, "-c", script, json.dumps(args)], env=env, cwd=source,
                           capture_output=True, text=True, timeout=900, check=False)  # fmt: skip
     if proc.returncode != 0:
         raise RuntimeError(f"a fresh load failed: {(proc.stdout + proc.stderr)[-tail:]}")
@@ -280,13 +295,7 @@ def bench_end_to_end(stack: Any, datasets: list[Dataset], *, repeats: int, datab
 
     client = stack.clickhouse_client(send_receive_timeout=3600)
     endpoint = s3_url or stack.s3_endpoint
-    aws = stack.aws_connection()
-    aws["extra"] = {**aws["extra"], "endpoint_url": endpoint}
-    env = {**os.environ, **stack.airflow_env(), "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
-           "AIRFLOW_CONN_CLICKHOUSE_NATIVE_DEFAULT": json.dumps(
-               stack.clickhouse_connection(0, s3_endpoint_url=endpoint)),
-           "AIRFLOW_CONN_AWS_DEFAULT": json.dumps(aws)}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SOURCE), env.get("PYTHONPATH")) if p)
+    env = fresh_env(stack, endpoint)
     ch = {"host": "127.0.0.1", "port": stack.nodes[0].tcp_port, "user": stack.user, "password": stack.password}
     out = []
     for ds in datasets:

@@ -32,17 +32,13 @@ os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
 from bench.common import BUCKET, DATABASE
 from bench.datasets import DatasetSpec, RowPool, node_files_dir, write_dataset
-from bench.ladder import COMMON, MONTHS, ROWS, ddl_for
+from bench.ladder import COMMON, MONTHS, ROWS, ddl_for, log
 from bench.large import LargeSpec, write_large
 from bench.measure import new_table, run_sql_insert
 
 MiB = 1024 * 1024
 ROOT = Path(__file__).resolve().parents[1]
 BLOCKS = (64 * MiB, 256 * MiB, 1024 * MiB)
-
-
-def log(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 def file_partitions(client: Any, source: str, key: str) -> list[tuple[str, int, frozenset[str]]]:
@@ -52,7 +48,7 @@ def file_partitions(client: Any, source: str, key: str) -> list[tuple[str, int, 
     return [(name, int(n), frozenset(ids)) for name, n, ids in rows]
 
 
-def measure(stack: Any, client: Any, layout: str, source: str, ddl: Any, partitions: int) -> list[dict[str, Any]]:
+def measure(client: Any, layout: str, source: str, ddl: Any, partitions: int) -> list[dict[str, Any]]:
     from airflow_provider_s3ch.core.plan.parts import predicted_parts
 
     probe = new_table(client, DATABASE, ddl, f"pm_{layout}_{partitions}_probe")
@@ -110,12 +106,12 @@ def main(argv: list[str] | None = None) -> int:
                                pool, stack.s3_client(), BUCKET, node_files_dir(stack))
         del pool
         for p in (120, 12, 1):
-            out["loads"] += measure(stack, client, "ladder", source(ladder.prefix), ddl_for(p), p)
+            out["loads"] += measure(client, "ladder", source(ladder.prefix), ddl_for(p), p)
         for layout, era_years in (("eras", 2), ("all_months", 8)):
             spec = LargeSpec(name=f"pm_{layout}", repeats_per_year=1, era_years=era_years,
                              files_per_era=320 * era_years // 8)
             ds = write_large(spec, stack.s3_client(), BUCKET, log)
-            out["loads"] += measure(stack, client, layout, source(ds.prefix), posts_ddl, spec.partitions)
+            out["loads"] += measure(client, layout, source(ds.prefix), posts_ddl, spec.partitions)
             args.out.write_text(json.dumps(out, indent=2) + "\n")
     out["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     args.out.write_text(json.dumps(out, indent=2) + "\n")

@@ -32,7 +32,7 @@ from typing import Any
 # The operator logs each setting with its reason on every run: keep the bench's output short.
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
-from bench.common import BUCKET, DATABASE, Config, Planned, fake_context, planned_for, run_operator
+from bench.common import BUCKET, DATABASE, E2E_DATASETS, Config, Planned, fake_context, planned_for, run_operator
 from bench.datasets import Dataset, DatasetSpec, RowPool, node_files_dir, write_dataset
 from bench.end_to_end import bench_end_to_end
 from bench.latency import bench_latency
@@ -66,10 +66,7 @@ def full_config() -> Config:
         # 100 000 objects (3.4-4.2 min, mostly moto's own listing) only with --large (make bench-large).
         overhead_counts=[10_000],
         ready_timeout_s=20.0,
-        e2e_datasets=[
-            DatasetSpec("e2e_parquet_20", "parquet", 400_000, 20, "end to end: 20 Parquet files (~5.4 MB each)"),
-            DatasetSpec("e2e_csvgz_10", "csv.gz", 400_000, 10, "end to end: 10 gzip'd CSV files (~9 MB each)"),
-        ],
+        e2e_datasets=list(E2E_DATASETS),
         # One round of chunks and of the latency variants, three of end to end (a median of three interleaved
         # runs per variant, at each S3 distance).
         chunk_repeats=1,

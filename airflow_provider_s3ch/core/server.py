@@ -55,11 +55,11 @@ def table_info(
     database: str, name: str, engine: str, partition_key: str, sorting_key: str, engine_full: str
 ) -> TableInfo:
     """The target as ``system.tables`` describes it; for a Distributed table, what it points at."""
-    info = TableInfo(
-        database=database, name=name, engine=engine, partition_key=partition_key, sorting_key=sorting_key
-    )
     wide = _WIDE_PART_RE.search(engine_full or "")
-    info.wide_part_bytes = int(wide.group(1)) if wide else None
+    info = TableInfo(
+        database=database, name=name, engine=engine, partition_key=partition_key, sorting_key=sorting_key,
+        wide_part_bytes=int(wide.group(1)) if wide else None,
+    )
     m = _DIST_ARGS_RE.match(engine_full or "")
     if engine == "Distributed" and m:
         args = split_args(m.group(1)) + [None] * 4  # type: ignore[list-item]
