@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -11,7 +12,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_s3ch.core.parquet_footer import FooterError, metadata_length, row_group_sizes, schema_file
+from airflow_provider_s3ch.core.parquet_footer import (
+    FooterError,
+    RowGroupStats,
+    metadata_length,
+    row_group_sizes,
+    row_group_stats,
+    schema_file,
+)
 
 #: Column makers: each gives ``rows`` values of one Arrow type, drawn from ``draw``.
 COLUMNS = {
@@ -146,6 +154,10 @@ def test_random_bytes_give_sizes_or_a_footer_error(body: bytes) -> None:
         row_group_sizes(tail)
     except FooterError:
         pass
+    try:
+        row_group_stats(tail)
+    except FooterError:
+        pass
 
 
 @pytest.mark.parametrize(
@@ -194,3 +206,311 @@ def test_an_unknown_wire_type_and_too_deep_a_nesting_are_footer_errors() -> None
         _Reader(b"\x00").skip_value(14, in_field=True)
     with pytest.raises(FooterError, match="nests deeper than Parquet does"):
         _Reader(b"\x19" * 40 + b"\x00").skip_value(9, in_field=True)  # lists of lists of ...
+
+
+def _ints(draw: st.DrawFn, rows: int, bits: int, *, signed: bool = True) -> list[int | None]:
+    low, high = (-(2 ** (bits - 1)), 2 ** (bits - 1) - 1) if signed else (0, 2**bits - 1)
+    # a narrow range now and then, so that row groups' ranges differ and often repeat values
+    if draw(st.booleans()):
+        low = draw(st.integers(low, high))
+        high = min(high, low + draw(st.integers(0, 1000)))
+    return draw(st.lists(st.integers(low, high) | st.none(), min_size=rows, max_size=rows))
+
+
+#: Columns for :func:`row_group_stats`: integer-stored ones of every unit, and others it passes over.
+STATS_COLUMNS = {
+    "day": lambda d, n: pa.array(_ints(d, n, 32), pa.date32()),
+    "ms": lambda d, n: pa.array(_ints(d, n, 64), pa.timestamp("ms")),
+    "us": lambda d, n: pa.array(_ints(d, n, 64), pa.timestamp("us", tz="UTC")),
+    "ns": lambda d, n: pa.array(_ints(d, n, 64), pa.timestamp("ns")),
+    "i32": lambda d, n: pa.array(_ints(d, n, 32), pa.int32()),
+    "i64": lambda d, n: pa.array(_ints(d, n, 64), pa.int64()),
+    "i16": lambda d, n: pa.array(_ints(d, n, 16), pa.int16()),
+    "u32": lambda d, n: pa.array(_ints(d, n, 32, signed=False), pa.uint32()),
+    "u64": lambda d, n: pa.array(_ints(d, n, 64, signed=False), pa.uint64()),
+    "time": lambda d, n: pa.array(_ints(d, n, 16, signed=False), pa.time32("ms")),
+    "nulls": lambda d, n: pa.nulls(n),
+    "string": lambda d, n: pa.array(d(st.lists(st.text(max_size=10) | st.none(), min_size=n, max_size=n))),
+    "struct": lambda d, n: pa.array(
+        d(st.lists(st.fixed_dictionaries({"a": st.integers(-99, 99), "b": st.fixed_dictionaries(
+            {"c": st.integers(0, 9) | st.none()})}) | st.none(), min_size=n, max_size=n)),
+        pa.struct([("a", pa.int64()), ("b", pa.struct([("c", pa.int32())]))]),
+    ),
+    "list": lambda d, n: pa.array(
+        d(st.lists(st.lists(st.integers(0, 1000), max_size=3) | st.none(), min_size=n, max_size=n)),
+        pa.list_(pa.int64()),
+    ),
+}
+
+#: pyarrow's logical types' JSON, as ``row_group_stats`` names their units.
+_TIME_UNITS = {"milliseconds": "ms", "microseconds": "us", "nanoseconds": "ns"}
+
+
+@st.composite
+def stats_files(draw: st.DrawFn) -> tuple[bytes, pa.Table, int, str]:
+    """A Parquet file of random integer-stored and other columns, with or without (some columns') statistics."""
+    rows = draw(st.integers(0, 50))
+    names = draw(st.lists(st.sampled_from(sorted(STATS_COLUMNS)), min_size=1, max_size=8, unique=True))
+    table = pa.table({name: STATS_COLUMNS[name](draw, rows) for name in names})
+    statistics = draw(st.booleans() | st.lists(st.sampled_from(names), unique=True))
+    version = draw(st.sampled_from(["1.0", "2.4", "2.6"]))
+    if version != "2.6" and "ns" in names:  # written as us: whole us (toward zero, to stay in range)
+        raw = table["ns"].cast(pa.int64()).to_pylist()
+        whole = [None if v is None else (v // 1000 if v >= 0 else -(-v // 1000)) * 1000 for v in raw]
+        table = table.set_column(names.index("ns"), "ns", pa.array(whole, pa.timestamp("ns")))
+    size = draw(st.integers(1, 20))
+    sink = io.BytesIO()
+    pq.write_table(
+        table,
+        sink,
+        row_group_size=size,
+        write_statistics=statistics,
+        version=version,
+        use_dictionary=draw(st.booleans()),
+        data_page_version=draw(st.sampled_from(["1.0", "2.0"])),
+        compression=draw(st.sampled_from(["none", "snappy"])),
+    )
+    return sink.getvalue(), table, size, version
+
+
+def pyarrow_stats(data: bytes) -> tuple[list[RowGroupStats], dict[str, str]]:
+    """What ``row_group_stats`` should read, from pyarrow's reading of the footer."""
+    meta = pq.ParquetFile(io.BytesIO(data)).metadata
+    units: dict[str, str] = {}
+    unsigned: set[str] = set()
+    for j in range(meta.num_columns):
+        column = meta.schema.column(j)
+        if "." in column.path or column.physical_type not in ("INT32", "INT64"):
+            continue
+        logical = json.loads(column.logical_type.to_json())
+        if logical["Type"] == "Int" and not logical["isSigned"]:
+            unsigned.add(column.path)
+        if logical["Type"] in ("Int", "None"):
+            units[column.path] = "int"
+        elif logical["Type"] == "Date":
+            units[column.path] = "day"
+        elif logical["Type"] == "Timestamp":
+            units[column.path] = _TIME_UNITS[logical["timeUnit"]]
+    groups = []
+    for i in range(meta.num_row_groups):
+        group, ranges = meta.row_group(i), {}
+        for j in range(group.num_columns):
+            chunk = group.column(j)
+            stats = chunk.statistics
+            if "." in chunk.path_in_schema or chunk.physical_type not in ("INT32", "INT64"):
+                continue
+            if stats is None or not stats.has_min_max:
+                continue
+            low, high = stats.min_raw, stats.max_raw  # the stored integers: days, ms/us/ns, the integer
+            if chunk.path_in_schema in unsigned:  # pyarrow gives them as signed
+                bits = 32 if chunk.physical_type == "INT32" else 64
+                low, high = low % 2**bits, high % 2**bits
+            is_date = chunk.physical_type == "INT32" and meta.schema.column(j).logical_type.type == "DATE"
+            if is_date and -719162 <= low <= 2932896:  # in Python's dates: pyarrow's own reading, days since 1970
+                assert (stats.min - dt.date(1970, 1, 1)).days == low
+            if low <= high:
+                ranges[chunk.path_in_schema] = (low, high)
+        groups.append(RowGroupStats(group.total_byte_size, ranges))
+    return groups, units
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stats_files(), st.integers(0, 2048))
+def test_the_row_groups_stats_are_pyarrows(file: tuple[bytes, pa.Table, int, str], extra: int) -> None:
+    data, table, size, version = file
+    tail = data[-(metadata_length(data) + 8 + extra) :]
+    groups, units = row_group_stats(tail)
+    assert (groups, units) == pyarrow_stats(data)
+    assert [group.bytes for group in groups] == row_group_sizes(tail)
+    # the units the columns were written in (ns are us before version 2.6); the others have none
+    written = {name: name for name in ("day", "ms", "us", "ns")}
+    written |= dict.fromkeys(("i16", "i32", "i64", "u32", "u64"), "int")
+    if version != "2.6":
+        written["ns"] = "us"
+    assert units == {name: written[name] for name in table.column_names if name in written}
+    # and the ranges are the values' own, in the stored integers
+    for i, group in enumerate(groups):
+        for name, found in group.ranges.items():
+            values = table.column(name).slice(i * size, size)
+            if name in ("day", "time"):
+                values = values.cast(pa.int32())
+            elif name in ("ms", "us", "ns"):
+                values = values.cast(pa.int64())
+            raw = [v for v in values.to_pylist() if v is not None]
+            if name == "ns" and version != "2.6":
+                raw = [v // 1000 for v in raw]
+            assert found == (min(raw), max(raw))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stats_files())
+def test_without_statistics_no_row_group_has_ranges(file: tuple[bytes, pa.Table, int, str]) -> None:
+    data, table, size, version = file
+    stripped = io.BytesIO()
+    pq.write_table(pq.read_table(io.BytesIO(data)), stripped, row_group_size=size, write_statistics=False,
+                   version=version)
+    groups, units = row_group_stats(stripped.getvalue())
+    assert all(group.ranges == {} for group in groups)
+    assert units == row_group_stats(data)[1]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stats_files(), st.data())
+def test_a_damaged_footer_gives_stats_or_a_footer_error(file: tuple[bytes, pa.Table, int, str],
+                                                         draw: st.DataObject) -> None:
+    """Flipped, cut or inserted bytes in a footer with statistics never hang, crash or raise anything else."""
+    data = file[0]
+    length = metadata_length(data)
+    body = bytearray(data[-(length + 8) : -8])
+    for _ in range(draw.draw(st.integers(1, 4))):
+        at = draw.draw(st.integers(0, max(0, len(body) - 1)))
+        action = draw.draw(st.sampled_from(["flip", "cut", "insert"]))
+        if action == "flip" and body:
+            body[at] ^= draw.draw(st.integers(1, 255))
+        elif action == "cut":
+            del body[at:]
+        else:
+            body[at:at] = draw.draw(st.binary(min_size=1, max_size=8))
+    tail = bytes(body) + len(body).to_bytes(4, "little") + b"PAR1"
+    try:
+        groups, units = row_group_stats(tail)
+    except FooterError:
+        return
+    assert all(isinstance(group.bytes, int) and group.bytes >= 0 for group in groups)
+    assert all(low <= high for group in groups for low, high in group.ranges.values())
+    assert set(units.values()) <= {"day", "ms", "us", "ns", "int"}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(stats_files(), st.data())
+def test_a_cut_tail_is_a_footer_error(file: tuple[bytes, pa.Table, int, str], draw: st.DataObject) -> None:
+    """The metadata cut anywhere (its length and PAR1 kept or not) is a FooterError, never another exception."""
+    data = file[0]
+    length = metadata_length(data)
+    body = data[-(length + 8) : -8]
+    cut = draw.draw(st.integers(0, len(body) - 1))
+    with pytest.raises(FooterError):
+        row_group_stats(body[:cut] + cut.to_bytes(4, "little") + b"PAR1")
+    with pytest.raises(FooterError):
+        row_group_stats(data[-(length + 8) + cut + 1 :])  # too short for the length it names
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append(n & 0x7F | 0x80)
+        n >>= 7
+    return bytes(out + bytes([n]))
+
+
+def _i(value: int) -> bytes:  # an i32/i64's zigzag varint
+    return _varint((value << 1) ^ (value >> 63))
+
+
+def _bin(value: bytes) -> bytes:
+    return _varint(len(value)) + value
+
+
+def _list(kind: int, items: list[bytes]) -> bytes:
+    head = bytes([len(items) << 4 | kind]) if len(items) < 15 else bytes([0xF0 | kind]) + _varint(len(items))
+    return head + b"".join(items)
+
+
+def _struct(*fields: tuple[int, int, bytes]) -> bytes:
+    """A compact-protocol struct of (field id, wire type, value) fields (a field id not 1-15 above the last one's
+    in its long form)."""
+    out, last = bytearray(), 0
+    for field, kind, value in fields:
+        delta = field - last
+        out += (bytes([delta << 4 | kind]) if 0 < delta <= 15 else bytes([kind]) + _i(field)) + value
+        last = field
+    return bytes(out + b"\x00")
+
+
+def _element(name: str, physical: int | None = None, *, children: int | None = None, converted: int | None = None,
+             logical: bytes | None = None) -> bytes:
+    fields = [(1, 5, _i(physical))] if physical is not None else []
+    fields.append((4, 8, _bin(name.encode())))
+    fields += [(5, 5, _i(children))] if children is not None else []
+    fields += [(6, 5, _i(converted))] if converted is not None else []
+    fields += [(10, 12, logical)] if logical is not None else []
+    return _struct(*fields)
+
+
+def _chunk(path: list[str], physical: int, stats: dict[int, bytes] | None) -> bytes:
+    meta = [(1, 5, _i(physical)), (3, 9, _list(8, [_bin(p.encode()) for p in path]))]
+    if stats is not None:
+        meta.append((12, 12, _struct(*[(field, 8, _bin(stats[field])) for field in sorted(stats)], (3, 6, _i(0)))
+                     if stats else _struct((3, 6, _i(4)))))  # a null count alone: a chunk of nulls only
+    return _struct((2, 6, _i(4)), (3, 12, _struct(*meta)))
+
+
+def _le(value: int, width: int, *, signed: bool = True) -> bytes:
+    return value.to_bytes(width, "little", signed=signed)
+
+
+def test_converted_types_groups_and_odd_statistics_by_hand() -> None:
+    """What pyarrow does not write: converted types alone, deprecated statistics alone, groups within groups,
+    unsigned statistics in the signed fields, ranges that run backwards, widths that do not fit, names held twice."""
+    nanos = _struct((8, 12, _struct((1, 1, b""), (2, 12, _struct((3, 12, _struct()))))))  # TIMESTAMP(true, NANOS)
+    unsigned = _struct((10, 12, _struct((1, 3, b"\x20"), (2, 2, b""))))  # INTEGER(32, false)
+    schema = [
+        _element("schema", children=13),
+        _element("d", 1, converted=6),
+        _element("ts", 2, converted=9),
+        _element("tu", 2, converted=10),
+        _element("u", 1, converted=13),  # UINT_32
+        _element("i", 1, converted=16),  # INT_16
+        _element("tm", 1, converted=7),  # TIME_MILLIS: no unit
+        _element("g", children=2),
+        _element("g1", 2),
+        _element("g2", children=1),
+        _element("g3", 2),
+        _element("plain", 2),
+        _element("dup", 2),
+        _element("dup", 1),
+        _element("ns", 2, logical=nanos),
+        _element("li", 1, logical=unsigned),
+        _element("s", 6),  # BYTE_ARRAY
+    ]
+    chunks = [
+        _chunk(["d"], 1, {2: _le(-5, 4), 1: _le(7, 4)}),  # the deprecated fields alone
+        _chunk(["ts"], 2, {6: _le(-3, 8), 5: _le(9, 8), 2: _le(-100, 8), 1: _le(100, 8)}),  # min_value/max_value
+        _chunk(["tu"], 2, None),
+        _chunk(["u"], 1, {2: _le(1, 4), 1: _le(2, 4)}),  # unsigned: the signed fields are not read
+        _chunk(["i"], 1, {6: _le(5, 4), 5: _le(4, 4)}),  # backwards
+        _chunk(["tm"], 1, {6: _le(1, 8), 5: _le(2, 8)}),  # 8 bytes for an INT32
+        _chunk(["g", "g1"], 2, {6: _le(1, 8), 5: _le(2, 8)}),
+        _chunk(["g", "g2", "g3"], 2, {6: _le(1, 8), 5: _le(2, 8)}),
+        _chunk(["plain"], 2, {}),
+        _chunk(["dup"], 2, {6: _le(1, 8), 5: _le(2, 8)}),
+        _chunk(["ns"], 2, {6: _le(-(2**63), 8), 5: _le(2**63 - 1, 8)}),
+        _chunk(["li"], 1, {6: _le(1, 4), 5: _le(2**32 - 1, 4, signed=False)}),
+    ]
+    group = _struct((1, 9, _list(12, chunks)), (2, 6, _i(1234)), (3, 6, _i(1)))
+    metadata = _struct((1, 5, _i(2)), (2, 9, _list(12, schema)), (3, 6, _i(1)), (4, 9, _list(12, [group, group])))
+    tail = metadata + len(metadata).to_bytes(4, "little") + b"PAR1"
+    ranges = {"d": (-5, 7), "ts": (-3, 9), "ns": (-(2**63), 2**63 - 1), "li": (1, 2**32 - 1)}
+    units = {"d": "day", "ts": "ms", "tu": "us", "u": "int", "i": "int", "plain": "int", "ns": "ns", "li": "int"}
+    assert row_group_stats(tail) == ([RowGroupStats(1234, ranges)] * 2, units)
+    assert row_group_sizes(tail) == [1234, 1234]
+    for cut in range(len(metadata)):
+        with pytest.raises(FooterError):
+            row_group_stats(metadata[:cut] + cut.to_bytes(4, "little") + b"PAR1")
+
+
+@pytest.mark.parametrize(
+    ("schema", "message"),
+    [
+        ([], "the schema has no root group"),
+        ([_element("schema")], "the schema has no root group"),
+        ([_element("schema", children=2), _element("a", 2)], "fewer elements than its groups claim"),
+        ([_element("schema", children=1), _element("g", children=3), _element("a", 2)], "fewer elements"),
+        ([_element("schema", children=1), _element("g", children=-1)], "claims -1 children"),
+    ],
+)
+def test_a_schema_tree_that_does_not_add_up_is_a_footer_error(schema: list[bytes], message: str) -> None:
+    metadata = _struct((2, 9, _list(12, schema)), (4, 9, _list(12, [])))
+    with pytest.raises(FooterError, match=message):
+        row_group_stats(metadata + len(metadata).to_bytes(4, "little") + b"PAR1")
+    assert row_group_sizes(metadata + len(metadata).to_bytes(4, "little") + b"PAR1") == []
