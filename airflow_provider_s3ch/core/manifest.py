@@ -20,12 +20,25 @@ from airflow_provider_s3ch.core.glob import (
     split_archive,
     unreadable_key,
 )
+from airflow_provider_s3ch.core.key_window import KeyWindow
 from airflow_provider_s3ch.core.models import LoadRequest, Manifest, S3Object
 
 EXAMPLES = 3
 
 #: How many Parquet footers :func:`build_manifest` reads (the largest files first).
 FOOTER_SAMPLE = 4
+
+#: From this many listed bytes on, the footers of the first files in key order (the order ClickHouse reads them) are
+#: read too, for the row groups' ranges of the partition key's column: they decide whether the plan's block grows
+#: past ClickHouse's 256 MiB (``core/plan/partition_spans.py``). Below it the data-sized block stays under 256 MiB
+#: anyway: 512 MiB of Parquet is ~1.5 GiB uncompressed, / (2 threads x 4 blocks).
+WINDOW_FROM_BYTES = 512 * 1024 * 1024
+
+#: The window: the first files until this many listed bytes (~1 GiB uncompressed: four 256 MiB blocks)...
+WINDOW_BYTES = 384 * 1024 * 1024
+
+#: ... and at most this many files (their footers are read side by side, one or two GETs each).
+WINDOW_FILES = 32
 
 #: Bytes fetched from the end of a file in the first GET: the 8-byte trailer and, usually,
 #: the whole footer, so one ranged GET per file is the common case.
@@ -123,7 +136,8 @@ class FooterStats(NamedTuple):
     request_ms: float | None = None
     #: The first file's key (the schema check's sample) and its schema as a Parquet file of the metadata alone.
     schema: tuple[str, bytes] | None = None
-
+    #: The block rule's row groups' ranges (:func:`key_window`); None when not read.
+    key_window: KeyWindow | None = None
 
 
 def first_file(objects: Iterable[S3Object]) -> S3Object | None:
@@ -134,6 +148,56 @@ def first_file(objects: Iterable[S3Object]) -> S3Object | None:
 def footer_sample(objects: Iterable[S3Object], sample: int = FOOTER_SAMPLE) -> list[S3Object]:
     """The files whose Parquet footers to read: the ``sample`` largest (a footer needs 12 bytes)."""
     return sorted((o for o in objects if o.size > 12), key=lambda o: o.size, reverse=True)[:sample]
+
+
+def window_sample(objects: list[S3Object], total_bytes: int) -> list[S3Object]:
+    """The files whose row groups' ranges the block rule reads: the first in key order up to :data:`WINDOW_BYTES`
+    (and :data:`WINDOW_FILES`); none below :data:`WINDOW_FROM_BYTES`. The last file is read with them
+    (:func:`last_file`): its range and theirs bound the load's.
+
+    :param objects: the manifest's objects, in key order.
+    :param total_bytes: their bytes.
+    """
+    window: list[S3Object] = []
+    if total_bytes < WINDOW_FROM_BYTES:
+        return window
+    for obj in (o for o in objects if o.size > 12):
+        window.append(obj)
+        if len(window) >= WINDOW_FILES or sum(o.size for o in window) >= WINDOW_BYTES:
+            break
+    return window
+
+
+def last_file(objects: list[S3Object]) -> S3Object | None:
+    """The last file in key order with a footer to read."""
+    return next((o for o in reversed(objects) if o.size > 12), None)
+
+
+def key_window(window: list[tuple[list[tuple[int, dict[str, tuple[int, int]]]], dict[str, str]]],
+               others: Iterable[dict[str, tuple[int, int]]] = ()) -> KeyWindow | None:
+    """The block rule's :class:`KeyWindow` from the window's footers (each file's row groups and units, in key
+    order), and the ranges of other footers read (the last file, the largest ones) for the load's range.
+
+    A column's unit must agree in every file; None when nothing was read.
+    """
+    if not window:
+        return None
+    units: dict[str, str] = {}
+    disagree: set[str] = set()
+    for _, file_units in window:
+        for name, unit in file_units.items():
+            if units.setdefault(name, unit) != unit:
+                disagree.add(name)
+    spans: dict[str, tuple[int, int]] = {}
+    for ranges in [r for groups, _ in window for _, r in groups] + list(others):
+        for name, (low, high) in ranges.items():
+            had = spans.get(name, (low, high))
+            spans[name] = (min(had[0], low), max(had[1], high))
+    return KeyWindow(
+        files=tuple(tuple(groups) for groups, _ in window),
+        units={name: unit for name, unit in units.items() if name not in disagree},
+        spans=spans,
+    )
 
 
 def footer_stats(objects: Iterable[S3Object], sampled: Iterable[tuple[int, list[int]]], calls: int) -> FooterStats:
@@ -204,6 +268,7 @@ def with_footers(manifest: Manifest, footers: FooterStats) -> Manifest:
             "footer_files": footers.files,
             "request_ms": footers.request_ms,
             "sample_schema": footers.schema,
+            "key_window": footers.key_window,
         }
     )
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, f
 from airflow_provider_s3ch.core.access import S3Access, S3CredentialsMode
 from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.formats import COMPRESSION_METHODS, compression_method
+from airflow_provider_s3ch.core.key_window import KeyWindow
 from airflow_provider_s3ch.core.sizes import parse_size
 
 RegionCheck = Literal["warn", "fail", "off"]
@@ -373,6 +374,10 @@ class Manifest(BaseModel):
     #: Parquet only: the first file's key (the file the schema check describes) and its footer's schema alone
     #: (``core.parquet_footer.schema_file``); kept in memory, out of every dump (XComs, trigger payloads).
     sample_schema: tuple[str, bytes] | None = Field(default=None, exclude=True, repr=False)
+    #: Parquet only, for loads of at least ``core.manifest.WINDOW_FROM_BYTES``: the integer columns' ranges in the
+    #: row groups of the first files read (``core.plan.partition_spans.KeyWindow``), which the block rule reads for
+    #: the partition key's column. Kept in memory like ``sample_schema``: the plan's reason carries its figures.
+    key_window: KeyWindow | None = Field(default=None, exclude=True, repr=False)
     #: Keys of :attr:`objects` that S3 no longer holds (a run from events looked each file up: deleted since its
     #: event); the file ledger leaves them out and counts them (``gone``), nothing reads them.
     gone: list[str] = Field(default_factory=list)

@@ -34,10 +34,12 @@ def parquet_footer_stats(
     :param sample: how many files to read.
     """
     schema: dict[str, bytes] = {}
+    stats: dict[str, tuple[list[tuple[int, dict[str, tuple[int, int]]]], dict[str, str]]] = {}
 
     def read(obj: S3Object) -> tuple[int, float, list[int] | None]:
         """(GETs, the first GET's ms, the row groups' uncompressed sizes or None when skipped); the sample
-        file's schema (:func:`~airflow_provider_s3ch.core.parquet_footer.schema_file`) into ``schema``."""
+        file's schema (:func:`~airflow_provider_s3ch.core.parquet_footer.schema_file`) into ``schema``, and for
+        a load that reads the block rule's window, each file's row groups' integer ranges into ``stats``."""
         calls = 0
         try:
             started = time.monotonic()
@@ -58,6 +60,9 @@ def parquet_footer_stats(
             groups = parquet_footer.row_group_sizes(tail)
             if obj.key == first.key:
                 schema[obj.key] = parquet_footer.schema_file(tail)
+            if window:
+                groups_stats, units = parquet_footer.row_group_stats(tail)
+                stats[obj.key] = ([(g.bytes, g.ranges) for g in groups_stats], units)
         except Exception as exc:  # noqa: BLE001 - footers are an optimisation: any failure falls back
             log.info("Parquet footer of %s skipped (the plan falls back to size estimates): %s", obj.key, exc)
             return calls, float("inf"), None
@@ -68,6 +73,11 @@ def parquet_footer_stats(
     # from these bytes (load/target.py), not from a second read of the file; it counts in the figures when chosen.
     first = policy.first_file(objects) if chosen else None
     extra = [first] if first is not None and first not in chosen else []
+    # A big load reads the first files in key order too, and the last: their row groups' ranges of the partition
+    # key's column say how many partitions an insert block spans (the block rule, core/plan/partition_spans.py).
+    window = policy.window_sample(objects, sum(o.size for o in objects)) if chosen else []
+    last = policy.last_file(objects) if window else None
+    extra += [o for o in [*window, *([last] if last is not None else [])] if o not in chosen and o not in extra]
     # The footers at once: each is one or two small GETs, and over real S3 each GET waits tens of ms.
     with ThreadPoolExecutor(max_workers=max(1, len(chosen) + len(extra))) as pool:
         answers = list(pool.map(read, chosen + extra))
@@ -76,9 +86,14 @@ def parquet_footer_stats(
     calls = sum(n for n, _, _ in answers)
     sampled = [(obj.size, groups) for obj, (_, _, groups) in zip(chosen, answers, strict=True) if groups is not None]
     quickest = min((took for _, took, groups in answers if groups is not None), default=None)
-    stats = policy.footer_stats(objects, sampled, calls + extra_calls)._replace(
-        schema=(first.key, schema[first.key]) if first is not None and first.key in schema else None)
-    return stats._replace(request_ms=round(quickest, 1)) if quickest is not None and stats.files else stats
+    # The window counts only where every file of it was read: a gap would hide the partitions a block spans.
+    complete = bool(window) and all(o.key in stats for o in window)
+    keys = policy.key_window([stats[o.key] for o in window],
+                             [ranges for groups, _ in stats.values() for _, ranges in groups]) if complete else None
+    footers = policy.footer_stats(objects, sampled, calls + extra_calls)._replace(
+        schema=(first.key, schema[first.key]) if first is not None and first.key in schema else None,
+        key_window=keys)
+    return footers._replace(request_ms=round(quickest, 1)) if quickest is not None and footers.files else footers
 
 
 def _tail(client: BaseClient, bucket: str, obj: S3Object, n: int) -> tuple[bytes, int]:

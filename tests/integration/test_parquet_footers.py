@@ -77,3 +77,52 @@ def test_the_first_files_schema_is_read_beside_the_largest(stack: LocalStack) ->
     schema = pq.read_schema(io.BytesIO(manifest.sample_schema[1]))
     assert schema.names == ["id", "c0"] and pq.read_metadata(io.BytesIO(manifest.sample_schema[1])).num_row_groups == 0
     assert "sample_schema" not in manifest.model_dump() and "PAR1" not in manifest.model_dump_json()
+
+
+def test_a_big_listing_reads_the_block_rules_window(stack: LocalStack, monkeypatch) -> None:
+    """From ``WINDOW_FROM_BYTES`` on (lowered here), the first files in key order and the last are read too: their
+    row groups' ranges of the date column are pyarrow's, and with the server's partition key of a table partitioned
+    by month they give the partitions a block spans and the load's."""
+    import datetime
+    import uuid
+
+    from airflow_provider_s3ch.core import manifest as policy
+    from airflow_provider_s3ch.core.plan.partition_spans import partition_figures
+    from airflow_provider_s3ch.core.sizes import MiB
+    from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+    from airflow_provider_s3ch.hooks.server import get_profile
+
+    client, bucket = stack.s3_client(), "footer-window"
+    stack.create_bucket(bucket)
+    start = datetime.date(2020, 1, 1)
+    expected: dict[str, list[tuple[int, int]]] = {}
+    for i in range(8):  # each file one quarter, three row groups of a month each
+        days = [start + datetime.timedelta(days=91 * i + j % 90) for j in range(3000)]
+        sink = io.BytesIO()
+        pq.write_table(pa.table({"d": pa.array(sorted(days), pa.date32()), "n": pa.array(range(3000), pa.int64())}),
+                       sink, row_group_size=1000)
+        client.put_object(Bucket=bucket, Key=f"w/{i:02d}.parquet", Body=sink.getvalue())
+        meta = pq.ParquetFile(io.BytesIO(sink.getvalue())).metadata
+        expected[f"w/{i:02d}.parquet"] = [
+            ((meta.row_group(g).column(0).statistics.min - datetime.date(1970, 1, 1)).days,
+             (meta.row_group(g).column(0).statistics.max - datetime.date(1970, 1, 1)).days)
+            for g in range(meta.num_row_groups)]
+    request = LoadRequest(s3_uri=f"s3://{bucket}/w/*.parquet", table=f"default.window_{uuid.uuid4().hex[:8]}")
+    assert build_manifest(client, request).key_window is None  # a small listing reads no window
+    monkeypatch.setattr(policy, "WINDOW_FROM_BYTES", 0)
+    monkeypatch.setattr(policy, "WINDOW_BYTES", 1)  # the window: the first file alone
+    manifest = build_manifest(client, request)
+    window = manifest.key_window
+    assert window is not None and window.units == {"d": "day", "n": "int"}
+    assert [ranges["d"] for _, ranges in window.files[0]] == expected["w/00.parquet"]
+    assert window.spans["d"] == (expected["w/00.parquet"][0][0], expected["w/07.parquet"][-1][1])
+    assert manifest.list_calls == 2 + FOOTER_SAMPLE + 1  # the last file's footer is read too
+    assert "key_window" not in manifest.model_dump()
+
+    stack.clickhouse_client().execute(
+        f"CREATE TABLE {request.table} (d Date, n Int64) ENGINE = MergeTree PARTITION BY toYYYYMM(d) ORDER BY n")
+    partition_key = get_profile(ClickHouseHook(), request.table).table.partition_key
+    figures = partition_figures(partition_key, window, 4 * 256 * MiB, 256 * MiB)
+    # The first file's three months fill a block; the load's range, 2020-01 to 2021-12, holds 24 months.
+    assert figures is not None and (figures.partitions_per_block, figures.partitions) == (3.0, 24)
+    assert figures.parts_per_partition == 0.5 and figures.part_bytes == 256 * MiB // 3

@@ -181,12 +181,12 @@ def test_small_row_groups_keep_threads() -> None:
 
 
 def test_footer_sizes_replace_the_expansion_factor() -> None:
-    # 1 GiB of Parquet, 12 GiB uncompressed by the footers (not x3): 12 GiB / (4 threads x 4) = 768 MiB.
-    p = plan(request(memory_cap="32GiB"), footer_manifest(64 * MiB, 12 * GiB, files=40, total=1 * GiB),
+    # 1 GiB of Parquet, 40 GiB uncompressed by the footers (not x3): 40 GiB / (4 threads x 4) = 2.5 GiB.
+    p = plan(request(memory_cap="64GiB"), footer_manifest(64 * MiB, 40 * GiB, files=40, total=1 * GiB),
              profile(cores=8))
-    assert p.settings.values["min_insert_block_size_bytes"] == 768 * MiB
+    assert p.settings.values["min_insert_block_size_bytes"] == 40 * GiB // 16
     reason = p.settings.reasons["min_insert_block_size_bytes"]
-    assert "footers" in reason and "12 GiB uncompressed" in reason
+    assert "footers" in reason and "40 GiB uncompressed" in reason
 
 
 # --- memory budget and block size --------------------------------------------------
@@ -261,10 +261,13 @@ def test_a_block_the_user_sets_is_not_fitted() -> None:
 
 
 def test_medium_load_gets_several_blocks_per_thread() -> None:
-    # 4 GiB of Parquet, x3 = 12 GiB uncompressed, 4 threads x 4 blocks -> 768 MiB blocks.
-    p = plan(request(memory_cap="32GiB"), manifest(files=40, total=4 * GiB), profile(cores=8))
-    assert p.settings.values["min_insert_block_size_bytes"] == 768 * MiB
+    # 12 GiB of Parquet, x3 = 36 GiB uncompressed, 4 threads x 4 blocks -> 2.25 GiB blocks (the guide's rule beyond
+    # 32 GiB a node); 4 GiB, x3 = 12 GiB, stops at ClickHouse's 256 MiB (partitions not known).
+    p = plan(request(memory_cap="64GiB"), manifest(files=40, total=12 * GiB), profile(cores=8))
+    assert p.settings.values["min_insert_block_size_bytes"] == 36 * GiB // 16
     assert "several blocks" in p.settings.reasons["min_insert_block_size_bytes"]
+    p = plan(request(memory_cap="32GiB"), manifest(files=40, total=4 * GiB), profile(cores=8))
+    assert p.settings.values["min_insert_block_size_bytes"] == 256 * MiB
 
 
 def test_tiny_cap_is_allowed() -> None:

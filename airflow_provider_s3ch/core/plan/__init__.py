@@ -118,7 +118,11 @@ def make_plan(
 
     learned = learned.for_cap(budget.per_node) if learned is not None and learned.loads else None
     expansion = learned.expansion if learned is not None else None
-    settings = plan_settings(request, manifest, profile, budget, nodes, expansion=expansion)
+    # The partitions a block spans are reckoned for one node's insert into a table it holds: a Distributed
+    # table's key is its shards', and s3Cluster spreads the files over the nodes.
+    partition_key = None if distributed or profile.table.is_distributed else profile.table.partition_key
+    settings = plan_settings(request, manifest, profile, budget, nodes, expansion=expansion,
+                             partition_key=partition_key)
     fmt = request.format or manifest.format
     # The model alone fits the block: what earlier loads measured beyond it starts the load from their step down.
     settings = fit_block(settings, manifest, cores=node_cores(profile, nodes)[0], fmt=fmt,

@@ -6,6 +6,7 @@ from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.formats import is_compressed
 from airflow_provider_s3ch.core.models import InsertSettings, LoadRequest, Manifest, SettingValue
 from airflow_provider_s3ch.core.plan.budget import Budget
+from airflow_provider_s3ch.core.plan.partition_spans import PartitionFigures, partition_figures
 from airflow_provider_s3ch.core.plan.workload import chosen_workload
 from airflow_provider_s3ch.core.server_models import ServerProfile
 from airflow_provider_s3ch.core.sizes import GiB, MiB, fmt_bytes
@@ -25,18 +26,34 @@ DEFAULT_BLOCK_BYTES = 256 * MiB
 #: (docs/benchmarks.md).
 MIN_DATA_BLOCK_BYTES = 64 * MiB
 
-#: Up to this much uncompressed data a node, the data-sized block stops at ClickHouse's :data:`DEFAULT_BLOCK_BYTES`:
-#: on the size ladder (docs/benchmarks.md; 1 GB and 3 GB of Parquet, 2.5 and 7.3 GiB uncompressed, into 1, 12 and
-#: 120 partitions, 2 cores) data-sized blocks of 316-478 MiB loaded within 0-6 % of 256 MiB and peaked 9-48 %
-#: above the defaults, and 1 GiB blocks were 15-43 % slower. On the 3.3 GB dataset (8.2 GiB uncompressed) 1 GiB
-#: blocks loaded 1.6-1.9x faster than 256 MiB where each file spans 24 of 96 months, 1.0-1.3x where every file
-#: spans all of them. The line sits between the two measured sizes; why bigger loads gain is not measured here.
-LADDER_TOP_BYTES = 8 * GiB
+#: A block past ClickHouse's :data:`DEFAULT_BLOCK_BYTES` only where, at 256 MiB, the insert would write at least this
+#: many parts into each partition it touches, each under :data:`SMALL_PART_BYTES`. ClickHouse merges small parts
+#: right away, beside the insert: on 2 cores, 1 GiB blocks loaded 1.70x as fast as 256 MiB where the 256 MiB block
+#: wrote 9 parts of ~3 MiB a partition (0.8 GB, every file across 96 months) and 1.6-1.9x where it wrote ~8 of
+#: ~11 MiB (3.3 GB, each file 24 of 96 months); they bought nothing (0.81-1.01x) at 1.2-3.0 parts a partition (the
+#: size ladder into 12 and 120 partitions, 0.8 GB of the 24-month files), nor where the parts were 256 MiB (the
+#: ladder into one partition, 0.92x). The line sits between 3 and 8 (docs/benchmarks.md).
+MANY_PARTS_PER_PARTITION = 6
+
+#: See :data:`MANY_PARTS_PER_PARTITION`: parts this large are left for later merges.
+SMALL_PART_BYTES = 64 * MiB
+
+#: The block where many small parts would be written: the size measured (1 GiB blocks, above), never more than a
+#: thread's share of the data, under the guide's memory formula.
+LARGE_BLOCK_BYTES = 1 * GiB
+
+#: Beyond this much uncompressed data a node, where partitions are few or not known, the guide's rule stands: the
+#: data-sized block under its memory formula, as the guide's example (24 GB of Parquet, 32 GiB, 8 cores: a 2.67 GiB
+#: block). 256 MiB blocks would write at least 128 parts into a partition, and ClickHouse's part limits
+#: (``parts_to_delay_insert``, 1000 active parts a partition) come near. Not measured here: the largest loads
+#: measured were 9.7 GiB a node, where blocks past 256 MiB bought nothing into 12 and 120 partitions.
+GUIDE_FROM_BYTES = 32 * GiB
 
 #: What the size ladder measured, for the reason of a block held at ClickHouse's 256 MiB.
 LADDER_POINT = (
-    "the size ladder (1 GB and 3 GB of Parquet, 2.5-7.3 GiB uncompressed, 1/12/120 partitions, 2 cores: 316-478 "
-    "MiB blocks loaded within 0-6 % of 256 MiB and peaked 9-48 % above the defaults; docs/benchmarks.md)"
+    "the size ladder (1 GB and 3 GB of Parquet and gzip'd CSV, 1/12/120 partitions, 2 cores: data-sized blocks of "
+    "316-766 MiB loaded within 0-6 % of 256 MiB into 12 and 120 partitions and peaked 9-76 % above the defaults; "
+    "docs/benchmarks.md)"
 )
 
 #: What the size ladder measured where the floor holds, for that reason.
@@ -45,10 +62,10 @@ SMALL_LADDER_POINT = (
     "into 12 and 120 partitions at 0.62-0.77 of their memory; docs/benchmarks.md"
 )
 
-#: What the 3.3 GB dataset measured, for the reason of a block past 256 MiB.
+#: What the layouts with many small parts measured, for the reason of a block past 256 MiB.
 LARGE_POINT = (
-    "beyond the size ladder: on 3.3 GB of Parquet, 8.2 GiB uncompressed, 1 GiB blocks loaded 1.0-1.9x as fast as "
-    "256 MiB; docs/benchmarks.md"
+    "1 GiB blocks loaded 1.6-1.9x as fast as 256 MiB where the 256 MiB block wrote 8-9 parts of 3-11 MiB a "
+    "partition: ClickHouse merges small parts beside the insert; docs/benchmarks.md"
 )
 
 #: The data-based cap aims at this many blocks per insert thread at least, so that
@@ -185,19 +202,35 @@ def data_estimate(
     )
 
 
-def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
-    """``min_insert_block_size_bytes``: the guide's memory formula, capped by the data.
+def many_small_parts(figures: PartitionFigures | None) -> bool:
+    """Whether 256 MiB blocks would write many small parts into each partition (:data:`MANY_PARTS_PER_PARTITION`)."""
+    return (figures is not None and figures.parts_per_partition >= MANY_PARTS_PER_PARTITION
+            and figures.part_bytes < SMALL_PART_BYTES)
+
+
+def _parts_text(figures: PartitionFigures) -> str:
+    return (f"at {fmt_bytes(figures.block)} the insert would write ~{figures.parts_per_partition:g} parts of "
+            f"~{fmt_bytes(figures.part_bytes)} into each of {figures.partitions} partition"
+            f"{'s' if figures.partitions != 1 else ''} ({figures.source})")
+
+
+def block_size(budget: int, threads: int, data_bytes: int,
+               figures: PartitionFigures | None = None) -> tuple[int, str]:
+    """``min_insert_block_size_bytes``: the guide's memory formula, capped by the data and by the partitions.
 
     formula = ``budget // (BLOCK_MEMORY_FACTOR x threads)`` (the guide);
     data cap = ``max(MIN_DATA_BLOCK_BYTES, data_bytes // (threads x MIN_BLOCKS_PER_THREAD))``,
     so a thread writes several blocks and its reads and writes overlap, and the cap never
-    goes below :data:`MIN_DATA_BLOCK_BYTES`, nor above ClickHouse's :data:`DEFAULT_BLOCK_BYTES` for loads of up to
-    :data:`LADDER_TOP_BYTES` a node. The block is ``min(formula, data cap)``: large
-    loads get the guide's formula, small and medium ones blocks sized by their data.
+    goes below :data:`MIN_DATA_BLOCK_BYTES`, nor above ClickHouse's :data:`DEFAULT_BLOCK_BYTES` up to
+    :data:`GUIDE_FROM_BYTES` a node, unless ``figures`` say that 256 MiB blocks would write many small parts into
+    each partition (:func:`many_small_parts`): then ``max(256 MiB, min(LARGE_BLOCK_BYTES, data_bytes // threads))``.
+    The block is ``min(formula, cap)``.
 
     :param budget: per-node memory budget in bytes.
     :param threads: insert threads per node.
     :param data_bytes: estimated uncompressed bytes one node will insert.
+    :param figures: what 256 MiB blocks make of the load's partitions
+        (:func:`~airflow_provider_s3ch.core.plan.partition_spans.partition_figures`); None when unknown.
     :return: the block size in bytes and the reason line.
     """
     formula = budget // (BLOCK_MEMORY_FACTOR * threads)
@@ -210,15 +243,25 @@ def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
         f"data cap max({fmt_bytes(MIN_DATA_BLOCK_BYTES)}, ~{fmt_bytes(data_bytes)} uncompressed / "
         f"({threads} threads x {MIN_BLOCKS_PER_THREAD} blocks)) = {fmt_bytes(data_cap)}"
     )
-    held = data_cap > DEFAULT_BLOCK_BYTES and data_bytes <= LADDER_TOP_BYTES
+    if figures is not None and many_small_parts(figures):
+        large = max(DEFAULT_BLOCK_BYTES, min(LARGE_BLOCK_BYTES, data_bytes // threads))
+        why = (f"{_parts_text(figures)}, at least {MANY_PARTS_PER_PARTITION} under {fmt_bytes(SMALL_PART_BYTES)} "
+               f"({LARGE_POINT})")
+        if formula <= large:
+            return formula, f"{formula_text} (the guide), under {fmt_bytes(large)}: {why}"
+        return large, (f"{fmt_bytes(large)} (at most {fmt_bytes(LARGE_BLOCK_BYTES)}, a thread's share of the data): "
+                       f"{why}; under the {formula_text} (the guide)")
+    held = data_cap > DEFAULT_BLOCK_BYTES and data_bytes <= GUIDE_FROM_BYTES
     if formula <= (DEFAULT_BLOCK_BYTES if held else data_cap):
         under = f"ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}" if held else f"the {cap_text}"
         return formula, f"{formula_text} (the guide), under {under}"
     if held:
+        parts = (f"{_parts_text(figures)}, not {MANY_PARTS_PER_PARTITION} under {fmt_bytes(SMALL_PART_BYTES)}"
+                 if figures is not None else "the partitions a block spans are not known (Parquet footers and a "
+                 "partition key of one column under a date or integer function tell them)")
         return DEFAULT_BLOCK_BYTES, (
-            f"ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}, not the {cap_text}: up to "
-            f"{fmt_bytes(LADDER_TOP_BYTES)} uncompressed a node, blocks past 256 MiB bought no speed for their memory "
-            f"in {LADDER_POINT}; under the {formula_text} (the guide)"
+            f"ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}, not the {cap_text}: {parts}, and blocks past 256 MiB "
+            f"bought no speed for their memory in {LADDER_POINT}; under the {formula_text} (the guide)"
         )
     if per_thread_share <= MIN_DATA_BLOCK_BYTES:
         return data_cap, (
@@ -226,7 +269,9 @@ def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
             f"little for bigger blocks; the {formula_text} (the guide) would make one huge block per thread, "
             f"and reads and writes would no longer overlap ({SMALL_LADDER_POINT})"
         )
-    beyond = f" ({LARGE_POINT})" if data_cap > DEFAULT_BLOCK_BYTES else ""
+    beyond = (f" (beyond {fmt_bytes(GUIDE_FROM_BYTES)} a node the guide's rule stands: 256 MiB blocks would write "
+              f"at least {GUIDE_FROM_BYTES // DEFAULT_BLOCK_BYTES} parts into a partition)"
+              if data_bytes > GUIDE_FROM_BYTES else "")
     return data_cap, (
         f"{cap_text}, so each thread writes several blocks and reads and writes overlap{beyond}; "
         f"under the {formula_text} (the guide)"
@@ -235,7 +280,7 @@ def block_size(budget: int, threads: int, data_bytes: int) -> tuple[int, str]:
 
 def plan_settings(
     request: LoadRequest, manifest: Manifest, profile: ServerProfile, budget: Budget, nodes: int,
-    *, expansion: float | None = None,
+    *, expansion: float | None = None, partition_key: str | None = None,
 ) -> InsertSettings:
     """The insert settings, each with a one-line reason, then the user's overrides.
 
@@ -245,6 +290,7 @@ def plan_settings(
     :param budget: the per-node memory budget.
     :param nodes: nodes taking part (1 for a single-node load).
     :param expansion: uncompressed bytes per file byte learned from earlier loads (formats without footers).
+    :param partition_key: the table's partition key (``""``: none); None when unknown, as for a distributed load.
     :return: values, reasons (same keys) and the names the user overrode or added.
     :raises PlanError: the computed block is below :data:`MIN_BLOCK_BYTES`.
     """
@@ -277,7 +323,8 @@ def plan_settings(
     data_bytes, data_text = data_estimate(manifest, fmt, compression, expansion=expansion)
     data_bytes //= nodes
     estimate = f"; data {data_text}{per_nodes}"
-    block, block_reason = block_size(budget.per_node, threads, data_bytes)
+    figures = partition_figures(partition_key, manifest.key_window, data_bytes, DEFAULT_BLOCK_BYTES)
+    block, block_reason = block_size(budget.per_node, threads, data_bytes, figures)
     if block < MIN_BLOCK_BYTES and "min_insert_block_size_bytes" not in request.settings:
         raise PlanError(_block_error(request, budget, threads))
     put("min_insert_block_size_bytes", block, block_reason + estimate)

@@ -1,0 +1,17 @@
+"""What the Parquet footers of the first files read say of their integer columns: the block rule's input
+(:mod:`airflow_provider_s3ch.core.plan.partition_spans`), read with the footers (``hooks/s3_footers.py``)."""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class KeyWindow(NamedTuple):
+    """What the footers of the first files in read order say of their integer columns (kept in memory only)."""
+
+    #: Each file of the window, in read order: its row groups' (uncompressed bytes, {column: (min, max)}).
+    files: tuple[tuple[tuple[int, dict[str, tuple[int, int]]], ...], ...]
+    #: Each integer column's unit in the files: ``day``, ``ms``, ``us``, ``ns`` or ``int``.
+    units: dict[str, str]
+    #: Each column's range over every footer read (the window, the last file and the largest ones): the load's.
+    spans: dict[str, tuple[int, int]]

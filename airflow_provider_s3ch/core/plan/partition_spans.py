@@ -1,0 +1,198 @@
+"""How many partitions an insert block spans, from the Parquet footers' ranges of the partition key's column.
+
+The block rule (:func:`~airflow_provider_s3ch.core.plan.settings.block_size`) grows the block past ClickHouse's
+256 MiB only where, at 256 MiB, the insert would write many small parts into each partition: there ClickHouse
+merges them beside the insert, and a larger block writes fewer (docs/benchmarks.md, "The parts an insert writes").
+What decides it is how the rows fall into partitions in the order they are read, which the files' names and sizes
+do not say. The Parquet footers do: each row group's smallest and largest value of every integer column (dates and
+timestamps included), in file order.
+
+:func:`key_partitions` turns the table's partition key, where it is one column under a monotonic function
+ClickHouse's tables are commonly partitioned by (``toYYYYMM(d)``, ``toDate(ts)``, ``intDiv(id, 1000)``, the
+column itself...), into the partitions a range of that column's raw values falls in. :func:`partition_figures`
+reckons, over the first files in read order (:class:`KeyWindow`, read with the footers), the partitions each
+256 MiB block spans (:func:`~airflow_provider_s3ch.core.plan.parts.predicted_parts`), and from the key's whole range
+the partitions the load touches: so the parts a partition gets and their size. A key it cannot read (several
+columns, another function, a column without statistics, a format without footers) gives None, and the rule keeps
+ClickHouse's block.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from airflow_provider_s3ch.core.key_window import KeyWindow
+from airflow_provider_s3ch.core.plan.parts import predicted_parts
+
+#: A row group whose range falls in more partitions than this is left unreckoned: ClickHouse refuses an insert
+#: block of more than ``max_partitions_per_insert_block`` (100) partitions anyway, and a set this large says the
+#: key is finer than the rule can use.
+MAX_SPAN = 1000
+
+_EPOCH = datetime.date(1970, 1, 1).toordinal()
+
+#: Seconds per raw unit of a timestamp column.
+_SECONDS = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+
+
+@dataclass(frozen=True)
+class PartitionFigures:
+    """What one block size makes of the load's partitions."""
+
+    block: int
+    #: Partitions a block spans on average (parts it writes).
+    partitions_per_block: float
+    #: Partitions the load touches.
+    partitions: int
+    #: Parts each partition gets over the whole load.
+    parts_per_partition: float
+    #: The mean part's uncompressed bytes.
+    part_bytes: int
+    #: Where the figures come from, for the plan's reason.
+    source: str
+
+
+def _day(value: int, unit: str) -> int | None:
+    if unit == "day":
+        return value
+    if unit in _SECONDS:
+        return math.floor(value * _SECONDS[unit] / 86400)
+    return None
+
+
+def _date(days: int) -> datetime.date:
+    return datetime.date.fromordinal(max(1, min(_EPOCH + days, datetime.date.max.toordinal())))
+
+
+def _month(value: int, unit: str) -> int | None:
+    day = _day(value, unit)
+    return None if day is None else _date(day).year * 12 + _date(day).month - 1
+
+
+def _quarter(value: int, unit: str) -> int | None:
+    month = _month(value, unit)
+    return None if month is None else month // 3
+
+
+def _year(value: int, unit: str) -> int | None:
+    day = _day(value, unit)
+    return None if day is None else _date(day).year
+
+
+def _week(value: int, unit: str) -> int | None:
+    day = _day(value, unit)
+    return None if day is None else (day + 3) // 7  # weeks from a Monday: 1970-01-01 was a Thursday
+
+
+def _sunday_week(value: int, unit: str) -> int | None:
+    day = _day(value, unit)
+    return None if day is None else (day + 4) // 7  # toStartOfWeek's default mode 0: weeks from a Sunday
+
+
+def _hour(value: int, unit: str) -> int | None:
+    return math.floor(value * _SECONDS[unit] / 3600) if unit in _SECONDS else None
+
+
+def _itself(value: int, unit: str) -> int | None:
+    return value if unit in ("int", "day") else None
+
+
+#: Monotonic functions of one column, each as the partition index of a raw value in its unit.
+_FUNCTIONS: dict[str, Callable[[int, str], int | None]] = {
+    "toyyyymm": _month, "tostartofmonth": _month, "toyear": _year, "tostartofyear": _year,
+    "toyyyymmdd": _day, "todate": _day, "todate32": _day, "tostartofday": _day,
+    "tomonday": _week, "tostartofweek": _sunday_week, "tostartofquarter": _quarter, "tostartofhour": _hour,
+}
+
+_NAME = r"`(?P<q{n}>[^`]+)`|(?P<c{n}>[A-Za-z_][A-Za-z0-9_]*)"
+_CALL = re.compile(rf"^\s*(?P<f>[A-Za-z_][A-Za-z0-9_]*)\s*\(\s*(?:{_NAME.format(n=1)})\s*\)\s*$")
+_BARE = re.compile(rf"^\s*(?:{_NAME.format(n=1)})\s*$")
+_DIV = re.compile(rf"^\s*intDiv\s*\(\s*(?:{_NAME.format(n=1)})\s*,\s*(?P<d>[1-9][0-9]*)\s*\)\s*$")
+
+
+def _column(match: re.Match[str]) -> str:
+    return match.group("q1") or match.group("c1")
+
+
+def key_partitions(partition_key: str, units: dict[str, str]) -> tuple[str, Callable[[int], int | None]] | None:
+    """The partition key's column and the partition index of one of its raw values (consecutive partitions,
+    consecutive indexes).
+
+    :param partition_key: the table's ``partition_key`` as ``system.tables`` gives it.
+    :param units: the files' integer columns' units (:class:`KeyWindow`).
+    :return: None where the key is not one column the files hold under a function this module knows.
+    """
+    function: Callable[[int, str], int | None]
+    if (match := _DIV.match(partition_key)) is not None:
+        divisor = int(match.group("d"))
+
+        def function(value: int, unit: str) -> int | None:
+            return value // divisor if unit == "int" else None
+
+        column = _column(match)
+    elif (match := _CALL.match(partition_key)) is not None and match.group("f").lower() in _FUNCTIONS:
+        column, function = _column(match), _FUNCTIONS[match.group("f").lower()]
+    elif (match := _BARE.match(partition_key)) is not None and match.group("c1") != "tuple":
+        column, function = _column(match), _itself
+    else:
+        return None
+    unit = units.get(column)
+    if unit is None or function(0, unit) is None:
+        return None
+    return column, lambda value: function(value, unit)
+
+
+def partitions_of(span: tuple[int, int], index: Callable[[int], int | None]) -> range | None:
+    """The partitions (indexes) a range of raw values falls in; None past :data:`MAX_SPAN` or unreadable."""
+    first, last = index(span[0]), index(span[1])
+    if first is None or last is None or last < first or last - first >= MAX_SPAN:
+        return None
+    return range(first, last + 1)
+
+
+def partition_figures(partition_key: str | None, window: KeyWindow | None, data_bytes: int,
+                      block: int) -> PartitionFigures | None:
+    """The parts an insert of ``data_bytes`` with ``block``-byte blocks writes into each partition, and their size.
+
+    A table without a partition key has one partition: every block is one part. Otherwise the figures come from
+    the footers' window (:class:`KeyWindow`): the partitions a block spans from its row groups in read order, the
+    partitions the load touches from the column's range over every footer read (every partition in it counted);
+    None when the key or the footers cannot say.
+
+    :param partition_key: the target's ``partition_key`` (``""``: none); None when unknown (a Distributed table).
+    :param window: the footers' figures; None when none were read.
+    :param data_bytes: the uncompressed bytes one node inserts.
+    :param block: ``min_insert_block_size_bytes``.
+    """
+    if partition_key is None or data_bytes <= 0 or block <= 0:
+        return None
+    blocks = max(1, math.ceil(data_bytes / block))
+    if partition_key.strip() in ("", "tuple()"):
+        return PartitionFigures(block, 1.0, 1, float(blocks), min(block, data_bytes), "the table has one partition")
+    if window is None or not window.files:
+        return None
+    found = key_partitions(partition_key, window.units)
+    if found is None or found[0] not in window.spans:
+        return None
+    column, index = found
+    groups: list[tuple[int, frozenset[int]]] = []
+    for file in window.files:
+        for size, ranges in file:
+            spanned = partitions_of(ranges[column], index) if column in ranges else None
+            if spanned is None:
+                return None
+            groups.append((size, frozenset(spanned)))
+    whole = partitions_of(window.spans[column], index) if groups else None
+    if whole is None:
+        return None
+    per_block = predicted_parts(groups, block).partitions_per_block
+    per_partition = min(float(blocks), blocks * per_block / len(whole))
+    return PartitionFigures(
+        block, round(per_block, 2), len(whole), round(per_partition, 2), int(min(block, data_bytes) / per_block),
+        f"the footers: `{column}` in the row groups of the first {len(window.files)} files read, and over "
+        f"{len(whole)} partitions",
+    )

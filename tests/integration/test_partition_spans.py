@@ -1,0 +1,56 @@
+"""The partition indexes the block rule reckons (core.plan.partition_spans) against the engine: over a range of a
+column's raw Parquet values (days, or ms/us/ns timestamps), the partitions ClickHouse's own function puts them in
+are exactly those the rule counts."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from airflow_provider_s3ch.core.plan.partition_spans import _FUNCTIONS, key_partitions, partitions_of
+from airflow_provider_s3ch.local import LocalStack
+
+#: How the engine reads a raw value of each unit (as a Parquet reader would: days, or a timestamp in UTC).
+RAW = {
+    "day": "addDays(toDate32('1970-01-01'), {})",
+    "ms": "fromUnixTimestamp64Milli(toInt64({}), 'UTC')",
+    "us": "fromUnixTimestamp64Micro(toInt64({}), 'UTC')",
+    "ns": "fromUnixTimestamp64Nano(toInt64({}), 'UTC')",
+}
+PER_DAY = {"day": 1, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+#: 1971-01-01 to 2099-12-31, in days.
+DAYS = (365, 47_481)
+
+
+def _points(low: int, high: int, unit: str) -> list[int]:
+    """Every value where a partition may begin (each day; for timestamps, each hour), and the ends."""
+    step = 1 if unit == "day" else PER_DAY[unit] // 24
+    first = -(-low // step) * step
+    return sorted({low, high, *range(first, high + 1, step)})
+
+
+@pytest.mark.parametrize("unit", sorted(RAW))
+@pytest.mark.parametrize("function", sorted(_FUNCTIONS))
+@settings(max_examples=15, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_partitions_of_a_range_are_the_engines(stack: LocalStack, function: str, unit: str,
+                                                   data: st.DataObject) -> None:
+    found = key_partitions(f"{function}(c)", {"c": unit})
+    if found is None:  # toStartOfHour of a date: an hour index of a day is no partition the engine makes
+        assert function == "tostartofhour" and unit == "day"
+        return
+    _, index = found
+    day = data.draw(st.integers(*DAYS))
+    width_days = data.draw(st.integers(0, 400 if unit == "day" else 40))
+    low = day * PER_DAY[unit] + data.draw(st.integers(0, PER_DAY[unit] - 1))
+    high = low + width_days * PER_DAY[unit] + data.draw(st.integers(0, PER_DAY[unit] - 1))
+    name = {f.lower(): f for f in ("toYYYYMM", "toStartOfMonth", "toYear", "toStartOfYear", "toYYYYMMDD", "toDate",
+                                   "toDate32", "toStartOfDay", "toMonday", "toStartOfWeek", "toStartOfQuarter",
+                                   "toStartOfHour")}[function]
+    points = _points(low, high, unit)
+    engine = stack.clickhouse_client().execute(
+        f"SELECT uniqExact({name}({RAW[unit].format('p')})) FROM (SELECT arrayJoin(%(p)s) AS p)", {"p": points},
+    )[0][0]
+    span = partitions_of((low, high), index)
+    assert span is not None and len(span) == engine, (function, unit, low, high)
