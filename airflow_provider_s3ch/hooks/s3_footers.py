@@ -78,8 +78,10 @@ def parquet_footer_stats(
     window = policy.window_sample(objects, sum(o.size for o in objects)) if chosen else []
     last = policy.last_file(objects) if window else None
     extra += [o for o in [*window, *([last] if last is not None else [])] if o not in chosen and o not in extra]
-    # The footers at once: each is one or two small GETs, and over real S3 each GET waits tens of ms.
-    with ThreadPoolExecutor(max_workers=max(1, len(chosen) + len(extra))) as pool:
+    # The footers at once: each is one or two small GETs, and over real S3 each GET waits tens of ms. No more at a
+    # time than the client's connection pool holds (boto3: 10), which would otherwise drop connections.
+    pool_size = client.meta.config.max_pool_connections or 10
+    with ThreadPoolExecutor(max_workers=max(1, min(pool_size, len(chosen) + len(extra)))) as pool:
         answers = list(pool.map(read, chosen + extra))
     extra_calls = sum(n for n, _, _ in answers[len(chosen):])
     answers = answers[: len(chosen)]
