@@ -54,14 +54,6 @@ def test_every_file_across_every_month_gets_1_gib_blocks() -> None:
     assert "~10 parts of ~2.67 MiB into each of 96 partitions" in reason and "`d`" in reason
 
 
-def test_every_file_across_every_month_keeps_256_mib_where_1_gib_would_not_help() -> None:
-    """3.3 GB, every file across all 96 months: 256 MiB blocks write ~33 parts of ~2.7 MiB a partition, and 1 GiB
-    blocks still ~8 of ~11 MiB: they loaded no faster for 3.5x the memory."""
-    block, reason = planned_block(int(8.24 * GiB), keys=window([(LOW, HIGH)] * 4))
-    assert block == DEFAULT_BLOCK_BYTES
-    assert "~33 parts of ~2.67 MiB" in reason and "at 1 GiB still ~9 of ~10.67 MiB" in reason
-
-
 def test_files_of_one_era_each_get_1_gib_blocks_at_3_gb_not_at_08() -> None:
     """Each file the 24 months of its era, files of an era together: ~8 parts of ~11 MiB a partition at 8.2 GiB,
     ~2.5 at 2.4 GiB."""
@@ -99,8 +91,7 @@ def test_unknown_partitions_keep_256_mib_beyond_the_ladder() -> None:
 
 def test_a_small_budget_keeps_the_guides_formula() -> None:
     many = PartitionFigures(DEFAULT_BLOCK_BYTES, 96.0, 96, 10.0, 3 * MiB, "a test")
-    few = PartitionFigures(LARGE_BLOCK_BYTES, 96.0, 96, 3.0, 10 * MiB, "a test")
-    block, reason = block_size(3 * GiB, 2, int(2.4 * GiB), lambda b: many if b == DEFAULT_BLOCK_BYTES else few)
+    block, reason = block_size(3 * GiB, 2, int(2.4 * GiB), many)
     assert block == 3 * GiB // (3 * 2) and "(the guide), under 1 GiB" in reason
 
 
@@ -118,21 +109,15 @@ figures = st.builds(
 )
 
 
-def _many(found: PartitionFigures | None) -> bool:
-    return found is not None and found.parts_per_partition >= MANY_PARTS_PER_PARTITION and (
-        found.part_bytes < SMALL_PART_BYTES)
-
-
-@given(st.integers(1, 4 * GUIDE_FROM_BYTES), st.integers(64 * MiB, 256 * GiB), st.integers(1, 64),
-       st.none() | figures, st.none() | figures)
+@given(st.integers(1, 4 * GUIDE_FROM_BYTES), st.integers(64 * MiB, 256 * GiB), st.integers(1, 64), st.none() | figures)
 def test_the_block_is_the_guides_rule_capped_by_data_and_partitions(
-    data: int, budget: int, threads: int, at_default: PartitionFigures | None, at_large: PartitionFigures | None
+    data: int, budget: int, threads: int, found: PartitionFigures | None
 ) -> None:
-    block, reason = block_size(budget, threads, data, lambda b: at_default if b == DEFAULT_BLOCK_BYTES else at_large)
+    block, reason = block_size(budget, threads, data, found)
     formula = budget // (3 * threads)
-    assert many_small_parts(at_default) == _many(at_default)
-    large = max(DEFAULT_BLOCK_BYTES, min(LARGE_BLOCK_BYTES, data // threads))
-    many = _many(at_default) and large > DEFAULT_BLOCK_BYTES and at_large is not None and not _many(at_large)
+    many = found is not None and found.parts_per_partition >= MANY_PARTS_PER_PARTITION and (
+        found.part_bytes < SMALL_PART_BYTES)
+    assert many_small_parts(found) == many
     if many:
         cap = max(DEFAULT_BLOCK_BYTES, min(LARGE_BLOCK_BYTES, data // threads))
     else:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.formats import is_compressed
 from airflow_provider_s3ch.core.models import InsertSettings, LoadRequest, Manifest, SettingValue
@@ -34,10 +32,10 @@ MIN_DATA_BLOCK_BYTES = 64 * MiB
 #: wrote 9 parts of ~3 MiB a partition (0.8 GB, every file across 96 months) and 1.6-1.9x where it wrote ~8 of
 #: ~11 MiB (3.3 GB, each file 24 of 96 months); they bought nothing (0.81-1.01x) at 1.2-3.0 parts a partition (the
 #: size ladder into 12 and 120 partitions, 0.8 GB of the 24-month files), nor where the parts were 256 MiB (the
-#: ladder into one partition, 0.92x). The line sits between 3 and 8 (docs/benchmarks.md). And only where the larger
-#: block would not write as many small parts too: on 3.3 GB with every file across all 96 months, 256 MiB blocks
-#: write ~33 parts of ~2.7 MiB a partition and 1 GiB blocks still ~8 of ~11 MiB, and they loaded 0.94-1.07x as fast
-#: as the defaults for 3.6x the memory.
+#: ladder into one partition, 0.92x). The line sits between 3 and 8 (docs/benchmarks.md). Where every file spans
+#: all 96 months at 3.3 GB (~33 parts of ~2.7 MiB a partition at 256 MiB, still ~9 at 1 GiB) neither block matched
+#: ClickHouse's defaults: 1 GiB loaded at 0.94-1.07x their speed for 3.6x their memory, 256 MiB with the plan's
+#: other settings at 0.71-1.02x (median 0.78, 6 loads in 2 runs); the rule keeps the faster of the two.
 MANY_PARTS_PER_PARTITION = 6
 
 #: See :data:`MANY_PARTS_PER_PARTITION`: parts this large are left for later merges.
@@ -220,7 +218,7 @@ def _parts_text(figures: PartitionFigures) -> str:
 
 
 def block_size(budget: int, threads: int, data_bytes: int,
-               figures: Callable[[int], PartitionFigures | None] | None = None) -> tuple[int, str]:
+               figures: PartitionFigures | None = None) -> tuple[int, str]:
     """``min_insert_block_size_bytes``: the guide's memory formula, capped by the data and by the partitions.
 
     formula = ``budget // (BLOCK_MEMORY_FACTOR x threads)`` (the guide);
@@ -228,16 +226,14 @@ def block_size(budget: int, threads: int, data_bytes: int,
     so a thread writes several blocks and its reads and writes overlap, and the cap never
     goes below :data:`MIN_DATA_BLOCK_BYTES`, nor above ClickHouse's :data:`DEFAULT_BLOCK_BYTES` up to
     :data:`GUIDE_FROM_BYTES` a node, unless ``figures`` say that 256 MiB blocks would write many small parts into
-    each partition (:func:`many_small_parts`) and the large block,
-    ``max(256 MiB, min(LARGE_BLOCK_BYTES, data_bytes // threads))``, would not: then the large block.
+    each partition (:func:`many_small_parts`): then ``max(256 MiB, min(LARGE_BLOCK_BYTES, data_bytes // threads))``.
     The block is ``min(formula, cap)``.
 
     :param budget: per-node memory budget in bytes.
     :param threads: insert threads per node.
     :param data_bytes: estimated uncompressed bytes one node will insert.
-    :param figures: what a block size makes of the load's partitions
-        (:func:`~airflow_provider_s3ch.core.plan.partition_spans.partition_figures`, None when unknown); None
-        when nothing is known of them.
+    :param figures: what 256 MiB blocks make of the load's partitions
+        (:func:`~airflow_provider_s3ch.core.plan.partition_spans.partition_figures`); None when unknown.
     :return: the block size in bytes and the reason line.
     """
     formula = budget // (BLOCK_MEMORY_FACTOR * threads)
@@ -250,13 +246,9 @@ def block_size(budget: int, threads: int, data_bytes: int,
         f"data cap max({fmt_bytes(MIN_DATA_BLOCK_BYTES)}, ~{fmt_bytes(data_bytes)} uncompressed / "
         f"({threads} threads x {MIN_BLOCKS_PER_THREAD} blocks)) = {fmt_bytes(data_cap)}"
     )
-    large = max(DEFAULT_BLOCK_BYTES, min(LARGE_BLOCK_BYTES, data_bytes // threads))
-    at_default = figures(DEFAULT_BLOCK_BYTES) if figures is not None else None
-    grows = figures is not None and large > DEFAULT_BLOCK_BYTES and many_small_parts(at_default)
-    at_large = figures(large) if figures is not None and grows else None
-    if at_default is not None and at_large is not None and not many_small_parts(at_large):
-        why = (f"{_parts_text(at_default)}, at least {MANY_PARTS_PER_PARTITION} under {fmt_bytes(SMALL_PART_BYTES)}, "
-               f"and at {fmt_bytes(large)} ~{at_large.parts_per_partition:g} of ~{fmt_bytes(at_large.part_bytes)} "
+    if figures is not None and many_small_parts(figures):
+        large = max(DEFAULT_BLOCK_BYTES, min(LARGE_BLOCK_BYTES, data_bytes // threads))
+        why = (f"{_parts_text(figures)}, at least {MANY_PARTS_PER_PARTITION} under {fmt_bytes(SMALL_PART_BYTES)} "
                f"({LARGE_POINT})")
         if formula <= large:
             return formula, f"{formula_text} (the guide), under {fmt_bytes(large)}: {why}"
@@ -267,16 +259,9 @@ def block_size(budget: int, threads: int, data_bytes: int,
         under = f"ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}" if held else f"the {cap_text}"
         return formula, f"{formula_text} (the guide), under {under}"
     if held:
-        if at_default is None:
-            parts = ("the partitions a block spans are not known (Parquet footers and a partition key of one column "
-                     "under a date or integer function tell them)")
-        elif at_large is not None:
-            parts = (f"{_parts_text(at_default)}, and at {fmt_bytes(large)} still ~{at_large.parts_per_partition:g} "
-                     f"of ~{fmt_bytes(at_large.part_bytes)}: a larger block would not end the merges beside the "
-                     f"insert (every file across 96 months at 3.3 GB: 1 GiB blocks 0.94-1.07x as fast as the defaults "
-                     f"for 3.6x the memory)")
-        else:
-            parts = f"{_parts_text(at_default)}, not {MANY_PARTS_PER_PARTITION} under {fmt_bytes(SMALL_PART_BYTES)}"
+        parts = (f"{_parts_text(figures)}, not {MANY_PARTS_PER_PARTITION} under {fmt_bytes(SMALL_PART_BYTES)}"
+                 if figures is not None else "the partitions a block spans are not known (Parquet footers and a "
+                 "partition key of one column under a date or integer function tell them)")
         return DEFAULT_BLOCK_BYTES, (
             f"ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}, not the {cap_text}: {parts}, and blocks past 256 MiB "
             f"bought no speed for their memory in {LADDER_POINT}; under the {formula_text} (the guide)"
@@ -341,9 +326,8 @@ def plan_settings(
     data_bytes, data_text = data_estimate(manifest, fmt, compression, expansion=expansion)
     data_bytes //= nodes
     estimate = f"; data {data_text}{per_nodes}"
-    block, block_reason = block_size(
-        budget.per_node, threads, data_bytes,
-        lambda size: partition_figures(partition_key, manifest.key_window, data_bytes, size))
+    figures = partition_figures(partition_key, manifest.key_window, data_bytes, DEFAULT_BLOCK_BYTES)
+    block, block_reason = block_size(budget.per_node, threads, data_bytes, figures)
     if block < MIN_BLOCK_BYTES and "min_insert_block_size_bytes" not in request.settings:
         raise PlanError(_block_error(request, budget, threads))
     put("min_insert_block_size_bytes", block, block_reason + estimate)
