@@ -78,5 +78,7 @@ def test_one_partition_and_unknowns() -> None:
     assert partition_figures("n", None, 10 * 256 * MiB, 256 * MiB) is None  # no footers
     no_stats = KeyWindow(files=(((64 * MiB, {}),),), units={"n": "int"}, spans={"n": (0, 9)})
     assert partition_figures("n", no_stats, 10 * 256 * MiB, 256 * MiB) is None  # a row group without statistics
+    empty = _window([(0, (0, 9))], (0, 9))
+    assert partition_figures("n", empty, 10 * 256 * MiB, 256 * MiB) is None  # row groups of no bytes
     too_fine = _window([(64 * MiB, (0, 10**6))], (0, 10**6))
     assert partition_figures("n", too_fine, 10 * 256 * MiB, 256 * MiB) is None

@@ -190,6 +190,8 @@ def partition_figures(partition_key: str | None, window: KeyWindow | None, data_
     if whole is None:
         return None
     per_block = predicted_parts(groups, block).partitions_per_block
+    if per_block <= 0:  # row groups of no bytes: nothing to reckon from
+        return None
     per_partition = min(float(blocks), blocks * per_block / len(whole))
     return PartitionFigures(
         block, round(per_block, 2), len(whole), round(per_partition, 2), int(min(block, data_bytes) / per_block),
