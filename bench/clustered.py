@@ -4,8 +4,9 @@
 monthly partitions) with each file spanning ``--era-years`` years of months (2: 24 of 96 months, as the large
 section loads it; 8: every file across all 96), then loads it into fresh posts tables (monthly partitions),
 interleaved over ``--rounds`` rounds (each round in the other order): ClickHouse's defaults, the plan's other
-settings with 256 MiB and with 1 GiB blocks (2 threads), and the plan itself (at 8.2 GiB uncompressed, past the
-size ladder's 8 GiB, its block is sized by the data: ``core/plan/settings.py``).
+settings with 256 MiB and with 1 GiB blocks (2 threads), and the plan itself (its block from the rule that knows
+partitions: ``core/plan/settings.py``). ``--labels`` keeps some of
+those beside the defaults; ``--variant`` adds the defaults' statement with some settings (one of the plan's alone).
 Every load lifts ``max_partitions_per_insert_block``. Per load: the insert's seconds and peak memory
 (``system.query_log``) and the active parts right after it. Writes ``bench/results/clustered/era<N>.json``.
 """
@@ -38,7 +39,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="years of months each file spans (2: 24 of 96 months; 8: all)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path)
+    parser.add_argument("--labels", help="only these loads beside the defaults (of t2-256M, t2-1G, plan)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:SETTING=VALUE,...",
+                        help="one more load: the defaults' statement with these settings (repeatable), e.g. "
+                        "rows0:min_insert_block_size_rows=0")
     args = parser.parse_args(argv)
+    labels = set(args.labels.split(",")) if args.labels else None
+    variants = {name: {k: int(v) for k, v in (kv.split("=", 1) for kv in spec.split(","))}
+                for name, spec in (v.split(":", 1) for v in args.variant)}
     out_path = args.out or ROOT / "bench" / "results" / "clustered" / f"era{args.era_years}.json"
     from airflow_provider_s3ch.local import LocalStack
     from airflow_provider_s3ch.local.sample import posts_ddl
@@ -55,12 +63,14 @@ def main(argv: list[str] | None = None) -> int:
         probe = new_table(client, DATABASE, posts_ddl, "probe")
         planned = Planned(stack, ds, probe)
         plan = dict(planned.settings)
-        out.update(files=len(ds.keys), bytes=ds.bytes, rows=ds.spec.rows,
+        out.update(files=len(ds.keys), bytes=ds.bytes, rows=ds.spec.rows, plan_settings=plan,
                    plan_block=plan["min_insert_block_size_bytes"],
                    plan_reason=planned.plan.settings.reasons["min_insert_block_size_bytes"])
         print(f"plan: {plan['min_insert_block_size_bytes'] / MiB:.0f} MiB: {out['plan_reason']}", flush=True)
         runs = [("defaults", dict(COMMON)), ("t2-256M", {**grid_settings(plan, 2, 256 * MiB, False), **COMMON}),
                 ("t2-1G", {**grid_settings(plan, 2, 1024 * MiB, False), **COMMON}), ("plan", {**plan, **COMMON})]
+        runs = [run for run in runs if labels is None or run[0] in labels or run[0] == "defaults"]
+        runs += [(name, {**COMMON, **extra}) for name, extra in variants.items()]
         for rnd in range(args.rounds):
             for label, settings in runs if rnd % 2 == 0 else runs[::-1]:
                 table = new_table(client, DATABASE, posts_ddl, f"clustered_{label.replace('-', '_')}")

@@ -82,3 +82,12 @@ def test_one_partition_and_unknowns() -> None:
     assert partition_figures("n", empty, 10 * 256 * MiB, 256 * MiB) is None  # row groups of no bytes
     too_fine = _window([(64 * MiB, (0, 10**6))], (0, 10**6))
     assert partition_figures("n", too_fine, 10 * 256 * MiB, 256 * MiB) is None
+
+
+@given(st.integers(-30_000, 60_000), st.sampled_from([("ms", 10**3), ("us", 10**6), ("ns", 10**9)]))
+def test_a_timestamps_last_unit_of_a_day_stays_in_its_day(day: int, unit: tuple[str, int]) -> None:
+    """Integer arithmetic: 31622399999999998 ns is 1971-01-01 23:59:59.999999998, not the next day (a float says so)."""
+    name, per_second = unit
+    _, index = key_partitions("toDate(ts)", {"ts": name})
+    start = day * 86400 * per_second
+    assert (index(start - 1), index(start), index(start + 86400 * per_second - 1)) == (day - 1, day, day)

@@ -35,8 +35,8 @@ MAX_SPAN = 1000
 
 _EPOCH = datetime.date(1970, 1, 1).toordinal()
 
-#: Seconds per raw unit of a timestamp column.
-_SECONDS = {"ms": 1e-3, "us": 1e-6, "ns": 1e-9}
+#: Raw units per second of a timestamp column (integers: a float loses the last units of a nanosecond timestamp).
+_PER_SECOND = {"ms": 10**3, "us": 10**6, "ns": 10**9}
 
 
 @dataclass(frozen=True)
@@ -59,8 +59,8 @@ class PartitionFigures:
 def _day(value: int, unit: str) -> int | None:
     if unit == "day":
         return value
-    if unit in _SECONDS:
-        return math.floor(value * _SECONDS[unit] / 86400)
+    if unit in _PER_SECOND:
+        return value // (86400 * _PER_SECOND[unit])
     return None
 
 
@@ -94,7 +94,7 @@ def _sunday_week(value: int, unit: str) -> int | None:
 
 
 def _hour(value: int, unit: str) -> int | None:
-    return math.floor(value * _SECONDS[unit] / 3600) if unit in _SECONDS else None
+    return value // (3600 * _PER_SECOND[unit]) if unit in _PER_SECOND else None
 
 
 def _itself(value: int, unit: str) -> int | None:
