@@ -35,7 +35,8 @@ MIN_DATA_BLOCK_BYTES = 64 * MiB
 #: ladder into one partition, 0.92x). The line sits between 3 and 8 (docs/benchmarks.md). Where every file spans
 #: all 96 months at 3.3 GB (~33 parts of ~2.7 MiB a partition at 256 MiB, still ~9 at 1 GiB) neither block matched
 #: ClickHouse's defaults: 1 GiB loaded at 0.94-1.07x their speed for 3.6x their memory, 256 MiB with the plan's
-#: other settings at 0.71-1.02x (median 0.78, 6 loads in 2 runs); the rule keeps the faster of the two.
+#: other settings at 0.71-1.02x, and the defaults themselves moved by 37 % between rounds there; the rule keeps
+#: 1 GiB, and its memory there is a known miss (docs/benchmarks.md).
 MANY_PARTS_PER_PARTITION = 6
 
 #: See :data:`MANY_PARTS_PER_PARTITION`: parts this large are left for later merges.
