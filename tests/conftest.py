@@ -48,7 +48,7 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/unit/test_ledger_rebuild.py": "core.ledger_rebuild and core.staging",
     "tests/unit/test_metrics.py": "core.metrics",
     "tests/unit/test_modes.py": "core.recovery, core.staging, core.sql: the load modes' statements",
-    "tests/unit/test_parquet_footer.py": "core.parquet_footer",
+    "tests/unit/test_parquet_footer.py": "core.parquet_footer, core.parquet_stats",
     "tests/unit/test_partition_spans.py": "core.plan.partition_spans: the partitions a block spans",
     "tests/unit/test_parts_model.py": "core.plan.parts: the parts an insert writes",
     "tests/unit/test_peak_memory.py": "core.plan's memory model",

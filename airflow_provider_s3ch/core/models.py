@@ -363,23 +363,17 @@ class Manifest(BaseModel):
     compression: str | None = None
     region: str | None = None
     list_calls: int = 0
-    #: Parquet only, from the footers of a sample of the files (None when not read): the
-    #: estimated uncompressed size of all the files, and the largest uncompressed row group seen.
+    #: Parquet only, from a sample's footers (None: not read): all files' uncompressed size, the largest row group.
     uncompressed_bytes: int | None = None
     max_row_group_bytes: int | None = None
     footer_files: int = 0
-    #: The quickest S3 request's round trip in ms (GetBucketLocation, the footer reads; None when none was
-    #: timed): S3's request latency as the worker sees it, which the plan takes as the server's.
+    #: The quickest S3 request's round trip in ms (location, footers; None: none timed), taken as the server's.
     request_ms: float | None = None
-    #: Parquet only: the first file's key (the file the schema check describes) and its footer's schema alone
-    #: (``core.parquet_footer.schema_file``); kept in memory, out of every dump (XComs, trigger payloads).
+    #: Parquet: the schema check's file and its footer's schema alone (``parquet_footer.schema_file``); in memory only.
     sample_schema: tuple[str, bytes] | None = Field(default=None, exclude=True, repr=False)
-    #: Parquet only, for loads of at least ``core.manifest.WINDOW_FROM_BYTES``: the integer columns' ranges in the
-    #: row groups of the first files read (``core.plan.partition_spans.KeyWindow``), which the block rule reads for
-    #: the partition key's column. Kept in memory like ``sample_schema``: the plan's reason carries its figures.
+    #: Parquet, from 512 MiB: the first files' row groups' integer ranges, for the block rule; in memory only.
     key_window: KeyWindow | None = Field(default=None, exclude=True, repr=False)
-    #: Keys of :attr:`objects` that S3 no longer holds (a run from events looked each file up: deleted since its
-    #: event); the file ledger leaves them out and counts them (``gone``), nothing reads them.
+    #: Keys of :attr:`objects` S3 no longer holds (deleted since their events); the ledger leaves them out, counted.
     gone: list[str] = Field(default_factory=list)
 
     @property

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from botocore.client import BaseClient
 
 from airflow_provider_s3ch.core import manifest as policy
-from airflow_provider_s3ch.core import parquet_footer
+from airflow_provider_s3ch.core import parquet_footer, parquet_stats
 from airflow_provider_s3ch.core.models import S3Object
 
 log = logging.getLogger(__name__)
@@ -61,7 +61,7 @@ def parquet_footer_stats(
             if obj.key == first.key:
                 schema[obj.key] = parquet_footer.schema_file(tail)
             if window:
-                groups_stats, units = parquet_footer.row_group_stats(tail)
+                groups_stats, units = parquet_stats.row_group_stats(tail)
                 stats[obj.key] = ([(g.bytes, g.ranges) for g in groups_stats], units)
         except Exception as exc:  # noqa: BLE001 - footers are an optimisation: any failure falls back
             log.info("Parquet footer of %s skipped (the plan falls back to size estimates): %s", obj.key, exc)

@@ -14,12 +14,11 @@ from hypothesis import strategies as st
 
 from airflow_provider_s3ch.core.parquet_footer import (
     FooterError,
-    RowGroupStats,
     metadata_length,
     row_group_sizes,
-    row_group_stats,
     schema_file,
 )
+from airflow_provider_s3ch.core.parquet_stats import RowGroupStats, row_group_stats
 
 #: Column makers: each gives ``rows`` values of one Arrow type, drawn from ``draw``.
 COLUMNS = {
