@@ -8,7 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_provider_s3ch.core.plan.partition_spans import _FUNCTIONS, key_partitions, partitions_of
+from airflow_provider_s3ch.core.plan.partition_spans import _FUNCTIONS, MAX_SPAN, key_partitions, partitions_of
 from airflow_provider_s3ch.local import LocalStack
 
 #: How the engine reads a raw value of each unit (as a Parquet reader would: days, or a timestamp in UTC).
@@ -54,3 +54,54 @@ def test_the_partitions_of_a_range_are_the_engines(stack: LocalStack, function: 
     )[0][0]
     span = partitions_of((low, high), index)
     assert span is not None and len(span) == engine, (function, unit, low, high)
+
+
+#: toStartOfInterval's kinds, with the step at which a partition may begin (in seconds; days for the date kinds).
+INTERVAL_KINDS = {"YEAR": 86_400, "QUARTER": 86_400, "MONTH": 86_400, "WEEK": 86_400, "DAY": 86_400, "HOUR": 3_600,
+                  "MINUTE": 60, "SECOND": 1}
+
+
+@pytest.mark.parametrize("unit", sorted(RAW))
+@pytest.mark.parametrize("kind", sorted(INTERVAL_KINDS))
+@settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_the_partitions_of_an_interval_are_the_engines(stack: LocalStack, kind: str, unit: str,
+                                                       data: st.DataObject) -> None:
+    """``toStartOfInterval(c, INTERVAL n KIND)``, n drawn (intervals that do not divide a year or a day included)."""
+    n = data.draw(st.integers(1, 13))
+    found = key_partitions(f"toStartOfInterval(c, INTERVAL {n} {kind})", {"c": unit})
+    if found is None:  # an hour, a minute or a second of a date: not a partition the engine makes
+        assert kind in ("HOUR", "MINUTE", "SECOND") and unit == "day"
+        return
+    _, index = found
+    per_second = PER_DAY[unit] // 86_400 if unit != "day" else None
+    step = 1 if unit == "day" else INTERVAL_KINDS[kind] * per_second
+    day = data.draw(st.integers(*DAYS))
+    low = day * PER_DAY[unit] + data.draw(st.integers(0, PER_DAY[unit] - 1))
+    high = low + data.draw(st.integers(0, 3000 if unit == "day" else 1500)) * step + data.draw(st.integers(0, step))
+    first = -(-low // step) * step
+    points = sorted({low, high, *range(first, high + 1, step)})
+    engine = stack.clickhouse_client().execute(
+        f"SELECT uniqExact(toStartOfInterval({RAW[unit].format('p')}, INTERVAL {n} {kind})) "
+        "FROM (SELECT arrayJoin(%(p)s) AS p)", {"p": points},
+    )[0][0]
+    span = partitions_of((low, high), index)
+    if span is None:  # past MAX_SPAN partitions the rule leaves a range unreckoned
+        assert engine > MAX_SPAN, (kind, n, unit, low, high)
+    else:
+        assert len(span) == engine, (kind, n, unit, low, high)
+
+
+def test_the_engines_own_text_of_an_interval_key_is_read(stack: LocalStack) -> None:
+    """``system.tables.partition_key`` as the engine writes it back is a key the rule reads."""
+    client = stack.clickhouse_client()
+    client.execute("DROP TABLE IF EXISTS interval_key")
+    client.execute("CREATE TABLE interval_key (d DateTime64(3)) ENGINE = MergeTree "
+                   "PARTITION BY toStartOfInterval(d, INTERVAL 10 MONTH) ORDER BY d")
+    try:
+        key = client.execute("SELECT partition_key FROM system.tables WHERE database = currentDatabase() "
+                             "AND name = 'interval_key'")[0][0]
+        found = key_partitions(key, {"d": "ms"})
+        assert found is not None and found[0] == "d", key
+    finally:
+        client.execute("DROP TABLE interval_key")

@@ -24,14 +24,19 @@ UNITS = {"d": "day", "ts": "us", "n": "int", "s ms": "ms"}
 
 def test_keys_of_one_column_under_a_known_function() -> None:
     for key, column in [("toYYYYMM(d)", "d"), ("toStartOfMonth(ts)", "ts"), ("toDate(`s ms`)", "s ms"),
-                        ("n", "n"), ("`d`", "d"), ("intDiv(n, 1000)", "n"), (" toMonday( d ) ", "d")]:
+                        ("n", "n"), ("`d`", "d"), ("intDiv(n, 1000)", "n"), (" toMonday( d ) ", "d"),
+                        ("toStartOfInterval(d, INTERVAL 10 MONTH)", "d"),
+                        ("toStartOfInterval(ts, toIntervalHour(6))", "ts"),
+                        ("toStartOfInterval(`s ms`, interval 2 week)", "s ms")]:
         found = key_partitions(key, UNITS)
         assert found is not None and found[0] == column, key
 
 
 def test_other_keys_are_not_read() -> None:
     for key in ["(toYYYYMM(d), n)", "cityHash64(n) % 10", "toYYYYMM(other)", "intDiv(d, 7)", "tuple()",
-                "toYYYYMM(n)", "ts", "sipHash64(d)", "toYYYYMM(d) + 1", ""]:
+                "toYYYYMM(n)", "ts", "sipHash64(d)", "toYYYYMM(d) + 1", "",
+                "toStartOfInterval(d, INTERVAL 1 HOUR)", "toStartOfInterval(ts, INTERVAL 1 MONTH, '2020-02-01')",
+                "toStartOfInterval(ts, INTERVAL 0 DAY)", "toStartOfInterval(ts, INTERVAL 1 MILLISECOND)"]:
         assert key_partitions(key, UNITS) is None, key
 
 
@@ -44,6 +49,17 @@ def test_months_of_days_are_consecutive(low: int, width: int) -> None:
         assert len(months) > MAX_SPAN or width > MAX_SPAN * 31
     else:
         assert set(span) == months
+
+
+@given(st.integers(0, 200_000), st.integers(0, 5000), st.integers(1, 13))
+def test_month_intervals_count_from_1900(low: int, width: int, n: int) -> None:
+    """Intervals of n months begin where the months since 1900-01 are a multiple of n; n = 1 is toStartOfMonth."""
+    _, interval = key_partitions(f"toStartOfInterval(d, INTERVAL {n} MONTH)", UNITS)
+    _, month = key_partitions("toStartOfMonth(d)", UNITS)
+    for day in (low, low + width):
+        assert interval(day) == (month(day) - 1900 * 12) // n
+    if n == 1:
+        assert len(partitions_of((low, low + width), interval)) == len(partitions_of((low, low + width), month))
 
 
 def _window(files: list[tuple[int, tuple[int, int]]], spans: tuple[int, int]) -> KeyWindow:

@@ -8,8 +8,9 @@ do not say. The Parquet footers do: each row group's smallest and largest value 
 timestamps included), in file order.
 
 :func:`key_partitions` turns the table's partition key, where it is one column under a monotonic function
-ClickHouse's tables are commonly partitioned by (``toYYYYMM(d)``, ``toDate(ts)``, ``intDiv(id, 1000)``, the
-column itself...), into the partitions a range of that column's raw values falls in. :func:`partition_figures`
+ClickHouse's tables are commonly partitioned by (``toYYYYMM(d)``, ``toDate(ts)``, ``intDiv(id, 1000)``,
+``toStartOfInterval(d, INTERVAL 10 MONTH)``, the column itself...), into the partitions a range of that column's
+raw values falls in. :func:`partition_figures`
 reckons, over the first files in read order (:class:`KeyWindow`, read with the footers), the partitions each
 256 MiB block spans (:func:`~airflow_provider_s3ch.core.plan.parts.predicted_parts`), and from the key's whole range
 the partitions the load touches: so the parts a partition gets and their size. A key it cannot read (several
@@ -37,6 +38,10 @@ _EPOCH = datetime.date(1970, 1, 1).toordinal()
 
 #: Raw units per second of a timestamp column (integers: a float loses the last units of a nanosecond timestamp).
 _PER_SECOND = {"ms": 10**3, "us": 10**6, "ns": 10**9}
+
+
+#: 2000-01-01 in each unit: a value every function of a unit it reads gives an index for.
+_PROBE = {"day": 10_957, "int": 10_957, **{unit: 946_684_800 * per for unit, per in _PER_SECOND.items()}}
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,45 @@ def _hour(value: int, unit: str) -> int | None:
     return value // (3600 * _PER_SECOND[unit]) if unit in _PER_SECOND else None
 
 
+def _seconds(value: int, unit: str) -> int | None:
+    return value // _PER_SECOND[unit] if unit in _PER_SECOND else None
+
+
+def _months_since_1900(value: int, unit: str) -> int | None:
+    month = _month(value, unit)
+    return None if month is None else month - 1900 * 12
+
+
+def _monday_days(value: int, unit: str) -> int | None:
+    day = _day(value, unit)
+    return None if day is None else day - 4  # 1970-01-05 was a Monday
+
+
+def _interval(kind: str, n: int) -> Callable[[int, str], int | None] | None:
+    """``toStartOfInterval(c, INTERVAL n kind)`` without an origin, as the engine reckons it: months counted from
+    1900-01 (so 10-month intervals begin in 1970-01, 7-month ones do not), years as multiples of ``n``, weeks from
+    Monday 1970-01-05, days from 1970-01-01, hours from each midnight, minutes and seconds from the epoch (UTC).
+    Values before those origins are left unreckoned (the engine's integer division rounds them the other way)."""
+    def counted(base: Callable[[int, str], int | None], width: int) -> Callable[[int, str], int | None]:
+        def index(value: int, unit: str) -> int | None:
+            count = base(value, unit)
+            return None if count is None or count < 0 else count // width
+        return index
+
+    if kind == "hour":  # hours counted from each midnight: 5-hour intervals end a day with one of 4 hours
+        per_day = -(-24 // n)
+
+        def hours(value: int, unit: str) -> int | None:
+            seconds = _seconds(value, unit)
+            if seconds is None or seconds < 0:
+                return None
+            return seconds // 86400 * per_day + seconds % 86400 // 3600 // n
+        return hours
+    by = {"year": (_year, n), "quarter": (_months_since_1900, 3 * n), "month": (_months_since_1900, n),
+          "week": (_monday_days, 7 * n), "day": (_day, n), "minute": (_seconds, 60 * n), "second": (_seconds, n)}
+    return counted(*by[kind]) if kind in by else None
+
+
 def _itself(value: int, unit: str) -> int | None:
     return value if unit in ("int", "day") else None
 
@@ -111,6 +155,9 @@ _FUNCTIONS: dict[str, Callable[[int, str], int | None]] = {
 _NAME = r"`(?P<q{n}>[^`]+)`|(?P<c{n}>[A-Za-z_][A-Za-z0-9_]*)"
 _CALL = re.compile(rf"^\s*(?P<f>[A-Za-z_][A-Za-z0-9_]*)\s*\(\s*(?:{_NAME.format(n=1)})\s*\)\s*$")
 _BARE = re.compile(rf"^\s*(?:{_NAME.format(n=1)})\s*$")
+_INTERVAL = re.compile(
+    rf"^\s*toStartOfInterval\s*\(\s*(?:{_NAME.format(n=1)})\s*,\s*(?:INTERVAL\s+(?P<n1>[1-9][0-9]*)\s+(?P<k1>[A-Za-z]+)"
+    rf"|toInterval(?P<k2>[A-Za-z]+)\s*\(\s*(?P<n2>[1-9][0-9]*)\s*\))\s*\)\s*$", re.IGNORECASE)
 _DIV = re.compile(rf"^\s*intDiv\s*\(\s*(?:{_NAME.format(n=1)})\s*,\s*(?P<d>[1-9][0-9]*)\s*\)\s*$")
 
 
@@ -134,6 +181,12 @@ def key_partitions(partition_key: str, units: dict[str, str]) -> tuple[str, Call
             return value // divisor if unit == "int" else None
 
         column = _column(match)
+    elif (match := _INTERVAL.match(partition_key)) is not None:
+        kind = (match.group("k1") or match.group("k2")).lower()
+        interval = _interval(kind[:-1] if kind.endswith("s") else kind, int(match.group("n1") or match.group("n2")))
+        if interval is None:
+            return None
+        function, column = interval, _column(match)
     elif (match := _CALL.match(partition_key)) is not None and match.group("f").lower() in _FUNCTIONS:
         column, function = _column(match), _FUNCTIONS[match.group("f").lower()]
     elif (match := _BARE.match(partition_key)) is not None and match.group("c1") != "tuple":
@@ -141,7 +194,7 @@ def key_partitions(partition_key: str, units: dict[str, str]) -> tuple[str, Call
     else:
         return None
     unit = units.get(column)
-    if unit is None or function(0, unit) is None:
+    if unit is None or function(_PROBE.get(unit, 0), unit) is None:
         return None
     return column, lambda value: function(value, unit)
 
