@@ -58,7 +58,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "ladder" / "ladder.json"
 
 #: Rows a rung of each size holds (~3,700 posts a MB in either format).
-ROWS = {"10MB": 37_000, "100MB": 370_000, "1GB": 3_700_000, "3GB": 11_100_000, "10GB": 37_000_000}
+ROWS = {"10MB": 37_000, "100MB": 370_000, "1GB": 3_700_000, "2GB": 7_400_000, "3GB": 11_100_000,
+        "10GB": 37_000_000}
 
 #: Months the data spans: 120 monthly partitions at most.
 MONTHS = 120
