@@ -23,11 +23,17 @@ PER_DAY = {"day": 1, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_00
 DAYS = (365, 47_481)
 
 
-def _points(low: int, high: int, unit: str) -> list[int]:
-    """Every value where a partition may begin (each day; for timestamps, each hour), and the ends."""
-    step = 1 if unit == "day" else PER_DAY[unit] // 24
+def _points(low: int, high: int, step: int) -> list[int]:
+    """Every value where a partition may begin (each multiple of ``step``), and the ends."""
     first = -(-low // step) * step
     return sorted({low, high, *range(first, high + 1, step)})
+
+
+def _engine_partitions(stack: LocalStack, call: str, unit: str, points: list[int]) -> int:
+    """The partitions the engine's ``call`` (``{}`` for the value) puts ``points`` of ``unit`` in."""
+    return stack.clickhouse_client().execute(
+        f"SELECT uniqExact({call.format(RAW[unit].format('p'))}) FROM (SELECT arrayJoin(%(p)s) AS p)", {"p": points},
+    )[0][0]
 
 
 @pytest.mark.parametrize("unit", sorted(RAW))
@@ -48,10 +54,8 @@ def test_the_partitions_of_a_range_are_the_engines(stack: LocalStack, function: 
     name = {f.lower(): f for f in ("toYYYYMM", "toStartOfMonth", "toYear", "toStartOfYear", "toYYYYMMDD", "toDate",
                                    "toDate32", "toStartOfDay", "toMonday", "toStartOfWeek", "toStartOfQuarter",
                                    "toStartOfHour")}[function]
-    points = _points(low, high, unit)
-    engine = stack.clickhouse_client().execute(
-        f"SELECT uniqExact({name}({RAW[unit].format('p')})) FROM (SELECT arrayJoin(%(p)s) AS p)", {"p": points},
-    )[0][0]
+    points = _points(low, high, 1 if unit == "day" else PER_DAY[unit] // 24)  # each day; each hour
+    engine = _engine_partitions(stack, name + "({})", unit, points)
     span = partitions_of((low, high), index)
     assert span is not None and len(span) == engine, (function, unit, low, high)
 
@@ -74,17 +78,11 @@ def test_the_partitions_of_an_interval_are_the_engines(stack: LocalStack, kind: 
         assert kind in ("HOUR", "MINUTE", "SECOND") and unit == "day"
         return
     _, index = found
-    per_second = PER_DAY[unit] // 86_400 if unit != "day" else None
-    step = 1 if unit == "day" else INTERVAL_KINDS[kind] * per_second
+    step = 1 if unit == "day" else INTERVAL_KINDS[kind] * (PER_DAY[unit] // 86_400)
     day = data.draw(st.integers(*DAYS))
     low = day * PER_DAY[unit] + data.draw(st.integers(0, PER_DAY[unit] - 1))
     high = low + data.draw(st.integers(0, 3000 if unit == "day" else 1500)) * step + data.draw(st.integers(0, step))
-    first = -(-low // step) * step
-    points = sorted({low, high, *range(first, high + 1, step)})
-    engine = stack.clickhouse_client().execute(
-        f"SELECT uniqExact(toStartOfInterval({RAW[unit].format('p')}, INTERVAL {n} {kind})) "
-        "FROM (SELECT arrayJoin(%(p)s) AS p)", {"p": points},
-    )[0][0]
+    engine = _engine_partitions(stack, f"toStartOfInterval({{}}, INTERVAL {n} {kind})", unit, _points(low, high, step))
     span = partitions_of((low, high), index)
     if span is None:  # past MAX_SPAN partitions the rule leaves a range unreckoned
         assert engine > MAX_SPAN, (kind, n, unit, low, high)

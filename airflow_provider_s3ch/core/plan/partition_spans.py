@@ -98,12 +98,13 @@ def _sunday_week(value: int, unit: str) -> int | None:
     return None if day is None else (day + 4) // 7  # toStartOfWeek's default mode 0: weeks from a Sunday
 
 
-def _hour(value: int, unit: str) -> int | None:
-    return value // (3600 * _PER_SECOND[unit]) if unit in _PER_SECOND else None
-
-
 def _seconds(value: int, unit: str) -> int | None:
     return value // _PER_SECOND[unit] if unit in _PER_SECOND else None
+
+
+def _hour(value: int, unit: str) -> int | None:
+    seconds = _seconds(value, unit)
+    return None if seconds is None else seconds // 3600
 
 
 def _months_since_1900(value: int, unit: str) -> int | None:
