@@ -25,7 +25,7 @@ from typing import Any
 os.environ.setdefault("AIRFLOW__LOGGING__LOGGING_LEVEL", "WARNING")
 
 from bench.common import BUCKET, DATABASE, Planned
-from bench.ladder import COMMON, grid_settings
+from bench.ladder import COMMON, grid_settings, parse_variants
 from bench.large import LargeSpec, part_counts, write_large
 from bench.measure import new_table, run_sql_insert
 
@@ -45,8 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                         "rows0:min_insert_block_size_rows=0")
     args = parser.parse_args(argv)
     labels = set(args.labels.split(",")) if args.labels else None
-    variants = {name: {k: int(v) for k, v in (kv.split("=", 1) for kv in spec.split(","))}
-                for name, spec in (v.split(":", 1) for v in args.variant)}
+    variants = parse_variants(args.variant)
     out_path = args.out or ROOT / "bench" / "results" / "clustered" / f"era{args.era_years}.json"
     from airflow_provider_s3ch.local import LocalStack
     from airflow_provider_s3ch.local.sample import posts_ddl

@@ -90,6 +90,12 @@ COMMON = {"max_partitions_per_insert_block": 0}
 TOLERANCE = 0.05
 
 
+def parse_variants(specs: list[str]) -> dict[str, dict[str, int]]:
+    """``--variant NAME:SETTING=VALUE,...`` (repeatable) as {name: {setting: integer value}}."""
+    return {name: {k: int(v) for k, v in (kv.split("=", 1) for kv in spec.split(","))}
+            for name, spec in (v.split(":", 1) for v in specs)}
+
+
 def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -364,8 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     formats = [f for f in args.formats.split(",") if f]
     partitions = [int(p) for p in args.partitions.split(",") if p]
     labels = set(args.labels.split(",")) if args.labels else None
-    variants = {name: {k: int(v) for k, v in (kv.split("=", 1) for kv in spec.split(","))}
-                for name, spec in (v.split(":", 1) for v in args.variant)}
+    variants = parse_variants(args.variant)
 
     import airflow_provider_s3ch.operators.s3_to_clickhouse  # noqa: F401 - one version for the whole run
     from airflow_provider_s3ch.local import LocalStack
