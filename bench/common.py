@@ -7,6 +7,7 @@ no import circle between the bench's modules (tests/unit/test_no_import_cycles.p
 
 from __future__ import annotations
 
+import logging
 import time
 import types
 import uuid
@@ -73,6 +74,7 @@ class Planned:
         from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
         from airflow_provider_s3ch.hooks.s3 import build_manifest
         from airflow_provider_s3ch.hooks.server import get_profile
+        from airflow_provider_s3ch.load.target import Listed, Target
 
         self.request = LoadRequest(s3_uri=ds.s3_uri, table=f"{DATABASE}.{probe_table}", memory_cap=memory_cap)
         s3 = stack.s3_client()
@@ -88,6 +90,12 @@ class Planned:
                          region=self.manifest.region)
         self.plan = make_plan(self.request, self.manifest, self.profile, source_url=url)
         self.credentials = S3Credentials(access_key_id=stack.s3_access_key, secret_access_key=stack.s3_secret_key)
+        # A text load's sample of its rows for the block rule, as the operator's target phase reads it.
+        window = Target(hook, self.request, None, logging.getLogger("bench")).key_sample(
+            Listed(self.manifest, url, self.credentials, None, s3), self.plan, self.profile)
+        if window is not None:
+            self.manifest = self.manifest.model_copy(update={"key_window": window})
+            self.plan = make_plan(self.request, self.manifest, self.profile, source_url=url)
         self.source = render_source(self.plan, self.credentials)
         self.settings = dict(self.plan.settings.values)
 

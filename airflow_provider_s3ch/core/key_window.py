@@ -1,5 +1,6 @@
 """What the Parquet footers of the first files read say of their integer columns: the block rule's input
-(:mod:`airflow_provider_s3ch.core.plan.partition_spans`), read with the footers (``hooks/s3_footers.py``)."""
+(:mod:`airflow_provider_s3ch.core.plan.partition_spans`), read with the footers (``hooks/s3_footers.py``); or, for
+a text load, what a sample of its rows says (:mod:`airflow_provider_s3ch.core.key_sample`)."""
 
 from __future__ import annotations
 
@@ -15,3 +16,7 @@ class KeyWindow(NamedTuple):
     units: dict[str, str]
     #: Each column's range over every footer read (the window, the last file and the largest ones): the load's.
     spans: dict[str, tuple[int, int]]
+    #: A sample's estimate of the load's bytes in memory; None for footers (the plan's estimate holds).
+    data_bytes: int | None = None
+    #: The rows a sample read (each file's first rows: one row group a file); 0 for footers.
+    sampled_rows: int = 0

@@ -151,8 +151,8 @@ class LoadRun:
             with self._phase("s3"), paused_gc():
                 source = self.parts.s3()
                 self.inserter = self.parts.inserter(hook, source.credentials(), self.log)
-                manifest = self.parts.listing(source.client(), request, on_listed=lambda listing: ahead.hand(
-                    self._listed(target, source, listing)))
+                manifest = self.parts.listing(client := source.client(), request, on_listed=lambda listing: ahead.hand(
+                    self._listed(target, source, listing, client)))
         except NothingMatchedError as exc:
             if request.skip_when_empty and not request.dry_run:
                 raise NothingNew(f"{exc.args[0].split(';')[0]}: skipped (skip_when_empty=True)") from exc
@@ -368,10 +368,10 @@ class LoadRun:
     def _relist(self) -> Manifest:
         return self.parts.listing(self.parts.s3().client(), self.request)
 
-    def _listed(self, target: Target, source: S3Source, manifest: Manifest) -> Listed:
+    def _listed(self, target: Target, source: S3Source, manifest: Manifest, client: Any) -> Listed:
         """What the read-ahead needs of the listing (worked out here: the thread makes no Airflow calls)."""
         return Listed(manifest, target.source_url(source.endpoint_url, manifest.region), source.credentials(),
-                      target.history_key(manifest.format) if self._learns else None)
+                      target.history_key(manifest.format) if self._learns else None, client)
 
     @property
     def _learns(self) -> bool:

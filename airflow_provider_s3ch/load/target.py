@@ -17,6 +17,15 @@ from typing import Any, NamedTuple
 
 from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
 from airflow_provider_s3ch.core.history import Learned, PastLoad, history_key
+from airflow_provider_s3ch.core.key_sample import (
+    HEAD_BYTES,
+    raw_expression,
+    render_key_sample,
+    rows_per_file_byte,
+    sample_target,
+    sampled_window,
+)
+from airflow_provider_s3ch.core.key_window import KeyWindow
 from airflow_provider_s3ch.core.manifest import reads_footers
 from airflow_provider_s3ch.core.models import Check, LoadPlan, LoadRequest, Manifest
 from airflow_provider_s3ch.core.plan import make_plan
@@ -45,6 +54,7 @@ from airflow_provider_s3ch.core.tables import (
 )
 from airflow_provider_s3ch.errors import ClickHouseQueryError, LoadError
 from airflow_provider_s3ch.hooks.clickhouse import ClickHouseHook
+from airflow_provider_s3ch.hooks.key_sample import read_head, sample_rows
 from airflow_provider_s3ch.hooks.query_log import QueryLog
 from airflow_provider_s3ch.hooks.server import describe, get_profile, has_keeper, run_ddl, table_columns
 
@@ -68,6 +78,8 @@ class Listed(NamedTuple):
     url: str
     credentials: S3Credentials | None
     history_key: str | None
+    #: The listing's boto3 client (the sample's read of a text file's first bytes); None: no sample.
+    client: Any = None
 
 
 @dataclass
@@ -79,6 +91,8 @@ class Prefetched:
     profile: ServerProfile
     past: list[PastLoad] | None = None
     described: dict[str, list[Column] | Exception] = field(default_factory=dict)
+    #: A text load's sample for the block rule (:mod:`~airflow_provider_s3ch.core.key_sample`); None: none read.
+    key_window: KeyWindow | None = None
 
 
 class ReadAhead:
@@ -164,7 +178,7 @@ class Target:
         got = listed()
         if got is None:
             return ahead
-        manifest, url, credentials, key = got
+        manifest, url, credentials, key, _ = got
         ahead.past = early if key is not None and key == early_key else (
             QueryLog(hook).past_loads(key) if key is not None else None)
         try:
@@ -182,7 +196,35 @@ class Target:
                         ahead.described[_key(statement)] = describe(hook, statement)
                     except (ClickHouseQueryError, LoadError) as exc:
                         ahead.described[_key(statement)] = exc
+        if not request.skip_loaded:  # the ledger's chunks plan without it
+            ahead.key_window = self.key_sample(got, plan, ahead.profile)
         return ahead
+
+    def key_sample(self, listed: Listed, plan: LoadPlan, profile: ServerProfile) -> KeyWindow | None:
+        """A text load's sample of the rows for the block rule (:mod:`~airflow_provider_s3ch.core.key_sample`):
+        the first bytes of the first file, then the first rows of the first and last files through the engine;
+        None where none is wanted or it cannot be read (the rule keeps ClickHouse's block, as without it)."""
+        manifest = listed.manifest
+        target = sample_target(plan, manifest, profile.table) if listed.client is not None else None
+        if target is None:
+            return None
+        types = {c.name: c.type for c in table_columns(self.hook, profile.table)}
+        raw = raw_expression(target.column, types[target.column]) if target.column in types else None
+        if raw is None:
+            return None
+        head = read_head(listed.client, manifest.bucket, target.first.key, HEAD_BYTES)
+        rate = rows_per_file_byte(head or b"", plan.compression)
+        if rate is None:
+            return None
+        statement = render_key_sample(plan, listed.credentials, target.urls, raw[0],
+                                      read_settings(self.request.settings))
+        try:
+            rows = sample_rows(self.hook, statement)
+        except (ClickHouseQueryError, LoadError) as exc:
+            self.log.info("No sample of the rows for the block rule: %s",
+                          scrub(str(exc).partition("; retrying")[0], listed.credentials))
+            return None
+        return sampled_window(target.column, raw[1], rows, rows_per_byte=rate, file_bytes=manifest.total_bytes)
 
     def read_profile(self) -> ServerProfile:
         """The server's profile and the target's facts (the table the load would create, when it is missing);
@@ -207,6 +249,7 @@ class Target:
         hook, request, log, target = self.hook, self.request, self.log, self.table
         manifest, url, credentials = listed.manifest, listed.url, listed.credentials
         profile = ahead.profile if ahead is not None else self.read_profile()
+        manifest = _with_sample(manifest, ahead)
         plan = make_plan(request, manifest, profile, source_url=url, learned=learned)
 
         def keeper() -> bool:  # read only when DDL is made (creating the table, adding columns)
@@ -315,6 +358,13 @@ def _sample_describe(plan: LoadPlan, credentials: S3Credentials | None, url: str
     if sample is not None and schema is not None and sample[0] == f"s3://{manifest.bucket}/{schema[0]}":
         return render_describe_schema(schema[1], plan.format, name=sample[0], settings=settings)
     return render_describe(plan, credentials, url=url, structure=structure, settings=settings)
+
+
+def _with_sample(manifest: Manifest, ahead: Prefetched | None) -> Manifest:
+    """The manifest with the read-ahead's sample of a text load's rows, for the block rule (none: as it is)."""
+    if ahead is None or ahead.key_window is None or manifest.key_window is not None:
+        return manifest
+    return manifest.model_copy(update={"key_window": ahead.key_window})
 
 
 def _key(statement: RenderedSQL) -> str:

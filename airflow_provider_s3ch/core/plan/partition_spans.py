@@ -13,9 +13,11 @@ ClickHouse's tables are commonly partitioned by (``toYYYYMM(d)``, ``toDate(ts)``
 raw values falls in. :func:`partition_figures`
 reckons, over the first files in read order (:class:`KeyWindow`, read with the footers), the partitions each
 256 MiB block spans (:func:`~airflow_provider_s3ch.core.plan.parts.predicted_parts`), and from the key's whole range
-the partitions the load touches: so the parts a partition gets and their size. A key it cannot read (several
-columns, another function, a column without statistics, a format without footers) gives None, and the rule keeps
-ClickHouse's block.
+the partitions the load touches: so the parts a partition gets and their size. For a text load the window is a
+sample of the first rows of the first and last files (:mod:`airflow_provider_s3ch.core.key_sample`): a block spans
+the partitions the key moves through over its bytes, as it moved over the sample's. A key it cannot read (several
+columns, another function, a column without statistics, a format neither footers nor a sample read) gives None,
+and the rule keeps ClickHouse's block.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 
 from airflow_provider_s3ch.core.key_window import KeyWindow
 from airflow_provider_s3ch.core.plan.parts import predicted_parts
+from airflow_provider_s3ch.core.sizes import MiB
 
 #: A row group whose range falls in more partitions than this is left unreckoned: ClickHouse refuses an insert
 #: block of more than ``max_partitions_per_insert_block`` (100) partitions anyway, and a set this large says the
@@ -166,6 +169,33 @@ def _column(match: re.Match[str]) -> str:
     return match.group("q1") or match.group("c1")
 
 
+def _parse(partition_key: str) -> tuple[str, Callable[[int, str], int | None]] | None:
+    """The key's column and the partition index of a raw value in a unit; None for a key this module cannot read."""
+    function: Callable[[int, str], int | None]
+    if (match := _DIV.match(partition_key)) is not None:
+        divisor = int(match.group("d"))
+
+        def function(value: int, unit: str) -> int | None:
+            return value // divisor if unit == "int" else None
+
+        return _column(match), function
+    if (match := _INTERVAL.match(partition_key)) is not None:
+        kind = (match.group("k1") or match.group("k2")).lower()
+        interval = _interval(kind[:-1] if kind.endswith("s") else kind, int(match.group("n1") or match.group("n2")))
+        return None if interval is None else (_column(match), interval)
+    if (match := _CALL.match(partition_key)) is not None and match.group("f").lower() in _FUNCTIONS:
+        return _column(match), _FUNCTIONS[match.group("f").lower()]
+    if (match := _BARE.match(partition_key)) is not None and match.group("c1") != "tuple":
+        return _column(match), _itself
+    return None
+
+
+def key_column(partition_key: str) -> str | None:
+    """The one column of a partition key this module reads (:func:`key_partitions`); None for another key."""
+    parsed = _parse(partition_key)
+    return parsed[0] if parsed is not None else None
+
+
 def key_partitions(partition_key: str, units: dict[str, str]) -> tuple[str, Callable[[int], int | None]] | None:
     """The partition key's column and the partition index of one of its raw values (consecutive partitions,
     consecutive indexes).
@@ -174,26 +204,10 @@ def key_partitions(partition_key: str, units: dict[str, str]) -> tuple[str, Call
     :param units: the files' integer columns' units (:class:`KeyWindow`).
     :return: None where the key is not one column the files hold under a function this module knows.
     """
-    function: Callable[[int, str], int | None]
-    if (match := _DIV.match(partition_key)) is not None:
-        divisor = int(match.group("d"))
-
-        def function(value: int, unit: str) -> int | None:
-            return value // divisor if unit == "int" else None
-
-        column = _column(match)
-    elif (match := _INTERVAL.match(partition_key)) is not None:
-        kind = (match.group("k1") or match.group("k2")).lower()
-        interval = _interval(kind[:-1] if kind.endswith("s") else kind, int(match.group("n1") or match.group("n2")))
-        if interval is None:
-            return None
-        function, column = interval, _column(match)
-    elif (match := _CALL.match(partition_key)) is not None and match.group("f").lower() in _FUNCTIONS:
-        column, function = _column(match), _FUNCTIONS[match.group("f").lower()]
-    elif (match := _BARE.match(partition_key)) is not None and match.group("c1") != "tuple":
-        column, function = _column(match), _itself
-    else:
+    parsed = _parse(partition_key)
+    if parsed is None:
         return None
+    column, function = parsed
     unit = units.get(column)
     if unit is None or function(_PROBE.get(unit, 0), unit) is None:
         return None
@@ -224,6 +238,8 @@ def partition_figures(partition_key: str | None, window: KeyWindow | None, data_
     """
     if partition_key is None or data_bytes <= 0 or block <= 0:
         return None
+    if window is not None and window.data_bytes:  # a sample's estimate of the bytes in memory
+        data_bytes = window.data_bytes
     blocks = max(1, math.ceil(data_bytes / block))
     if partition_key.strip() in ("", "tuple()"):
         return PartitionFigures(block, 1.0, 1, float(blocks), min(block, data_bytes), "the table has one partition")
@@ -233,6 +249,8 @@ def partition_figures(partition_key: str | None, window: KeyWindow | None, data_
     if found is None or found[0] not in window.spans:
         return None
     column, index = found
+    if window.sampled_rows:
+        return _sampled_figures(window, column, index, data_bytes, block)
     groups: list[tuple[int, frozenset[int]]] = []
     for file in window.files:
         for size, ranges in file:
@@ -251,4 +269,32 @@ def partition_figures(partition_key: str | None, window: KeyWindow | None, data_
         block, round(per_block, 2), len(whole), round(per_partition, 2), int(min(block, data_bytes) / per_block),
         f"the footers: `{column}` in the row groups of the first {len(window.files)} files read, and over "
         f"{len(whole)} partitions",
+    )
+
+
+def _sampled_figures(window: KeyWindow, column: str, index: Callable[[int], int | None], data_bytes: int,
+                     block: int) -> PartitionFigures | None:
+    """The figures of a sample (:mod:`airflow_provider_s3ch.core.key_sample`): each sampled file's first rows move
+    the key so far over so many bytes; a block read on from there moves it ``block`` / bytes as far (within the
+    load's range), and spans the partitions of that stretch. Averaged over the files sampled."""
+    bottom, top = window.spans[column]
+    whole = partitions_of((bottom, top), index)
+    if whole is None:
+        return None
+    spans = []
+    for (size, ranges), *_ in window.files:
+        low, high = ranges[column]
+        width = min(top - bottom, (high - low) * block // max(1, size))
+        start = max(bottom, min(low, top - width))
+        spanned = partitions_of((start, start + width), index)
+        if spanned is None:
+            return None
+        spans.append(len(spanned))
+    per_block = sum(spans) / len(spans)
+    blocks = max(1, math.ceil(data_bytes / block))
+    return PartitionFigures(
+        block, round(per_block, 2), len(whole), round(min(float(blocks), blocks * per_block / len(whole)), 2),
+        int(min(block, data_bytes) / per_block),
+        f"a sample: `{column}` in the first {window.sampled_rows // len(window.files):,} rows of the first and last "
+        f"files, ~{data_bytes / MiB:,.0f} MiB in memory over {len(whole)} partitions",
     )

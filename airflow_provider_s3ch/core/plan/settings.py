@@ -6,6 +6,7 @@ from airflow_provider_s3ch.core.errors import PlanError
 from airflow_provider_s3ch.core.formats import is_compressed
 from airflow_provider_s3ch.core.models import InsertSettings, LoadRequest, Manifest, SettingValue
 from airflow_provider_s3ch.core.plan.budget import Budget
+from airflow_provider_s3ch.core.plan.measured import LADDER_POINT, LARGE_POINT, SMALL_LADDER_POINT, SMALL_TEXT_POINT
 from airflow_provider_s3ch.core.plan.partition_spans import PartitionFigures, partition_figures
 from airflow_provider_s3ch.core.plan.workload import chosen_workload
 from airflow_provider_s3ch.core.server_models import ServerProfile
@@ -52,25 +53,6 @@ LARGE_BLOCK_BYTES = 1 * GiB
 #: (``parts_to_delay_insert``, 1000 active parts a partition) come near. Not measured here: the largest loads
 #: measured were 9.7 GiB a node, where blocks past 256 MiB bought nothing into 12 and 120 partitions.
 GUIDE_FROM_BYTES = 32 * GiB
-
-#: What the size ladder measured, for the reason of a block held at ClickHouse's 256 MiB.
-LADDER_POINT = (
-    "the size ladder (1 GB and 3 GB of Parquet and gzip'd CSV, 1/12/120 partitions, 2 cores: data-sized blocks of "
-    "316-766 MiB loaded within 0-6 % of 256 MiB into 12 and 120 partitions and peaked 9-76 % above the defaults; "
-    "docs/benchmarks.md)"
-)
-
-#: What the size ladder measured where the floor holds, for that reason.
-SMALL_LADDER_POINT = (
-    "the size ladder at 100 MB of Parquet and CSV.gz: 64 MiB blocks loaded 1.5-1.9x as fast as ClickHouse's defaults "
-    "into 12 and 120 partitions at 0.62-0.77 of their memory; docs/benchmarks.md"
-)
-
-#: What the layouts with many small parts measured, for the reason of a block past 256 MiB.
-LARGE_POINT = (
-    "1 GiB blocks loaded 1.6-1.9x as fast as 256 MiB where the 256 MiB block wrote 8-9 parts of 3-11 MiB a "
-    "partition: ClickHouse merges small parts beside the insert; docs/benchmarks.md"
-)
 
 #: The data-based cap aims at this many blocks per insert thread at least, so that
 #: reading and writing overlap. One huge block per thread measured 2-3x slower than the
@@ -218,8 +200,8 @@ def _parts_text(figures: PartitionFigures) -> str:
             f"{'s' if figures.partitions != 1 else ''} ({figures.source})")
 
 
-def block_size(budget: int, threads: int, data_bytes: int,
-               figures: PartitionFigures | None = None) -> tuple[int, str]:
+def block_size(budget: int, threads: int, data_bytes: int, figures: PartitionFigures | None = None,
+               small: PartitionFigures | None = None) -> tuple[int, str]:
     """``min_insert_block_size_bytes``: the guide's memory formula, capped by the data and by the partitions.
 
     formula = ``budget // (BLOCK_MEMORY_FACTOR x threads)`` (the guide);
@@ -235,6 +217,9 @@ def block_size(budget: int, threads: int, data_bytes: int,
     :param data_bytes: estimated uncompressed bytes one node will insert.
     :param figures: what 256 MiB blocks make of the load's partitions
         (:func:`~airflow_provider_s3ch.core.plan.partition_spans.partition_figures`); None when unknown.
+    :param small: what :data:`MIN_DATA_BLOCK_BYTES` blocks make of them, for a text load (a sample): where they
+        write fewer than :data:`MANY_PARTS_PER_PARTITION` parts a partition, the block ClickHouse would hold at
+        256 MiB is :data:`MIN_DATA_BLOCK_BYTES` (:data:`SMALL_TEXT_POINT`).
     :return: the block size in bytes and the reason line.
     """
     formula = budget // (BLOCK_MEMORY_FACTOR * threads)
@@ -259,6 +244,11 @@ def block_size(budget: int, threads: int, data_bytes: int,
     if formula <= (DEFAULT_BLOCK_BYTES if held else data_cap):
         under = f"ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}" if held else f"the {cap_text}"
         return formula, f"{formula_text} (the guide), under {under}"
+    if held and small is not None and small.parts_per_partition < MANY_PARTS_PER_PARTITION:
+        return MIN_DATA_BLOCK_BYTES, (
+            f"{fmt_bytes(MIN_DATA_BLOCK_BYTES)}, not ClickHouse's {fmt_bytes(DEFAULT_BLOCK_BYTES)}: "
+            f"{_parts_text(small)}, fewer than {MANY_PARTS_PER_PARTITION} ({SMALL_TEXT_POINT}); "
+            f"under the {formula_text} (the guide)")
     if held:
         parts = (f"{_parts_text(figures)}, not {MANY_PARTS_PER_PARTITION} under {fmt_bytes(SMALL_PART_BYTES)}"
                  if figures is not None else "the partitions a block spans are not known (Parquet footers and a "
@@ -327,8 +317,11 @@ def plan_settings(
     data_bytes, data_text = data_estimate(manifest, fmt, compression, expansion=expansion)
     data_bytes //= nodes
     estimate = f"; data {data_text}{per_nodes}"
-    figures = partition_figures(partition_key, manifest.key_window, data_bytes, DEFAULT_BLOCK_BYTES)
-    block, block_reason = block_size(budget.per_node, threads, data_bytes, figures)
+    window = manifest.key_window
+    figures = partition_figures(partition_key, window, data_bytes, DEFAULT_BLOCK_BYTES)
+    small = (partition_figures(partition_key, window, data_bytes, MIN_DATA_BLOCK_BYTES)
+             if window is not None and window.sampled_rows else None)
+    block, block_reason = block_size(budget.per_node, threads, data_bytes, figures, small)
     if block < MIN_BLOCK_BYTES and "min_insert_block_size_bytes" not in request.settings:
         raise PlanError(_block_error(request, budget, threads))
     put("min_insert_block_size_bytes", block, block_reason + estimate)
