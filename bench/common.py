@@ -91,8 +91,11 @@ class Planned:
         self.plan = make_plan(self.request, self.manifest, self.profile, source_url=url)
         self.credentials = S3Credentials(access_key_id=stack.s3_access_key, secret_access_key=stack.s3_secret_key)
         # A text load's sample of its rows for the block rule, as the operator's target phase reads it.
+        started = time.monotonic()
         window = Target(hook, self.request, None, logging.getLogger("bench")).key_sample(
             Listed(self.manifest, url, self.credentials, None, s3), self.plan, self.profile)
+        #: What the sample took (the first MiB's GET, the table's columns, the engine's read); None: none taken.
+        self.sample_s = round(time.monotonic() - started, 3) if window is not None else None
         if window is not None:
             self.manifest = self.manifest.model_copy(update={"key_window": window})
             self.plan = make_plan(self.request, self.manifest, self.profile, source_url=url)

@@ -258,6 +258,7 @@ def bench_point(stack: Any, ds: Any, partitions: int, cfg: Config, repeats: int,
     log(f"{tag}: {verdict}")
     return {"rung": ds.spec.name, "format": ds.spec.fmt, "files": len(ds.keys), "bytes": ds.bytes,
             "partitions": partitions, "rows": ds.spec.rows, "budget_bytes": planned.plan.budget_bytes,
+            "sample_s": planned.sample_s,
             "plan_settings": plan, "plan_reasons": planned.plan.settings.reasons, "loads": loads,
             "verdict": verdict}
 

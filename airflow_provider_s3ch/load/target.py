@@ -19,6 +19,7 @@ from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
 from airflow_provider_s3ch.core.history import Learned, PastLoad, history_key
 from airflow_provider_s3ch.core.key_sample import (
     HEAD_BYTES,
+    SAMPLE_READ_SETTINGS,
     raw_expression,
     render_key_sample,
     rows_per_file_byte,
@@ -217,7 +218,7 @@ class Target:
         if rate is None:
             return None
         statement = render_key_sample(plan, listed.credentials, target.urls, raw[0],
-                                      read_settings(self.request.settings))
+                                      {**SAMPLE_READ_SETTINGS, **describe_settings(plan.format, self.request.settings)})
         try:
             rows = sample_rows(self.hook, statement)
         except (ClickHouseQueryError, LoadError) as exc:
