@@ -102,6 +102,8 @@ def sample_target(plan: LoadPlan, manifest: Manifest, table: TableInfo) -> Sampl
     estimates them."""
     if plan.strategy != "single" or table.is_distributed or not table.exists or manifest.key_window is not None:
         return None
+    if "::" in plan.source_url:  # files in archives: the first bytes are the archive's, not a file's rows
+        return None
     column = key_column(table.partition_key) if table.partition_key.strip() not in ("", "tuple()") else None
     estimate = manifest.total_bytes * expansion_factor(plan.format, plan.compression)
     if column is None or manifest.uncompressed_bytes or not samples(plan.format, plan.compression):

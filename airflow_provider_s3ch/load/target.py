@@ -209,17 +209,15 @@ class Target:
         target = sample_target(plan, manifest, profile.table) if listed.client is not None else None
         if target is None:
             return None
-        types = {c.name: c.type for c in table_columns(self.hook, profile.table)}
-        raw = raw_expression(target.column, types[target.column]) if target.column in types else None
-        if raw is None:
-            return None
-        head = read_head(listed.client, manifest.bucket, target.first.key, HEAD_BYTES)
-        rate = rows_per_file_byte(head or b"", plan.compression)
-        if rate is None:
-            return None
-        statement = render_key_sample(plan, listed.credentials, target.urls, raw[0],
-                                      {**SAMPLE_READ_SETTINGS, **describe_settings(plan.format, self.request.settings)})
-        try:
+        try:  # the sample never fails a load: without it the rule keeps ClickHouse's block
+            types = {c.name: c.type for c in table_columns(self.hook, profile.table)}
+            raw = raw_expression(target.column, types[target.column]) if target.column in types else None
+            head = read_head(listed.client, manifest.bucket, target.first.key, HEAD_BYTES) if raw else None
+            rate = rows_per_file_byte(head or b"", plan.compression)
+            if raw is None or rate is None:
+                return None
+            statement = render_key_sample(plan, listed.credentials, target.urls, raw[0], {
+                **SAMPLE_READ_SETTINGS, **describe_settings(plan.format, self.request.settings)})
             rows = sample_rows(self.hook, statement)
         except (ClickHouseQueryError, LoadError) as exc:
             self.log.info("No sample of the rows for the block rule: %s",

@@ -57,8 +57,8 @@ def _files(stack: LocalStack, kind: str, start: str, first: int, rows: int) -> t
     return prefix, [part * rows for part in range(2)]
 
 
-def _sample(stack: LocalStack, table: str, prefix: str) -> object:
-    request = LoadRequest(s3_uri=f"s3://{SAMPLE_BUCKET}/{prefix}*.csv.gz", table=f"{DB}.{table}")
+def _sample(stack: LocalStack, table: str, prefix: str, fmt: str | None = None) -> object:
+    request = LoadRequest(s3_uri=f"s3://{SAMPLE_BUCKET}/{prefix}*.csv.gz", table=f"{DB}.{table}", format=fmt)
     s3 = stack.s3_client()
     manifest = build_manifest(s3, request)
     hook = ClickHouseHook()
@@ -124,5 +124,28 @@ def test_a_gzip_csv_load_samples_its_rows(stack: LocalStack, monkeypatch: pytest
                                 f"'%byteSize(*) AS b%' AND query LIKE '%{prefix}%' AND type = 'QueryFinish'")
         assert [rows for _, rows in logged] == [2]  # one statement, a row for each of the two files
         assert not any(stack.s3_secret_key in q for q, _ in logged)
+    finally:
+        client.execute(f"DROP TABLE IF EXISTS {DB}.{table} SYNC")
+
+
+def test_a_sample_the_engine_cannot_read_leaves_the_load_as_it_was(stack: LocalStack,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Files without a header (``CSV``: columns by position) name no ``d`` for the sample to read: the engine
+    refuses the statement, and the load goes on without it, every row loaded."""
+    monkeypatch.setattr(key_sample, "SAMPLE_FROM_BYTES", 0)
+    prefix = f"key-sample/{uuid.uuid4().hex[:8]}/"
+    for part in range(2):
+        body = "".join(f"{i},2011-0{part + 1}-{i % 28 + 1:02d}\n" for i in range(part * 500, part * 500 + 500))
+        stack.s3_client().put_object(Bucket=SAMPLE_BUCKET, Key=f"{prefix}part-{part}.csv.gz",
+                                     Body=gzip.compress(body.encode()))
+    client = stack.clickhouse_client()
+    table = f"key_sample_{uuid.uuid4().hex[:8]}"
+    client.execute(f"CREATE TABLE {DB}.{table} (id UInt64, d Date) ENGINE = MergeTree PARTITION BY toYYYYMM(d) "
+                   "ORDER BY id")
+    try:
+        assert _sample(stack, table, prefix, fmt="CSV") is None
+        result = S3ToClickHouseOperator(task_id="load", s3_uri=f"s3://{SAMPLE_BUCKET}/{prefix}*.csv.gz",
+                                        table=f"{DB}.{table}", format="CSV").execute(fake_context())
+        assert result["written_rows"] == 1_000 and count(stack, f"{DB}.{table}") == 1_000
     finally:
         client.execute(f"DROP TABLE IF EXISTS {DB}.{table} SYNC")
