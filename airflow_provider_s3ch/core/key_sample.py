@@ -44,8 +44,9 @@ from airflow_provider_s3ch.core.sql import (
     scrub,
 )
 
-#: A text load is sampled from this many bytes in memory (the plan's estimate) up: below it the data cap already
-#: keeps blocks at or under ClickHouse's 256 MiB on every core count the rule knows.
+#: A text load is sampled from this many bytes in memory (the plan's estimate) up, as Parquet's footers are read for
+#: the rule from 512 MiB of files (:data:`~airflow_provider_s3ch.core.manifest.WINDOW_FROM_BYTES`): below it the data
+#: cap keeps the block at 128 MiB or less, and the small-block rule has nothing to change.
 SAMPLE_FROM_BYTES = 512 * MiB
 
 #: Rows the engine reads from the start of each sampled file.
