@@ -31,18 +31,10 @@ from airflow_provider_s3ch.core.key_window import KeyWindow
 from airflow_provider_s3ch.core.manifest import first_file
 from airflow_provider_s3ch.core.models import LoadPlan, Manifest, S3Object, SettingValue
 from airflow_provider_s3ch.core.plan.partition_spans import key_column
-from airflow_provider_s3ch.core.plan.settings import expansion_factor
+from airflow_provider_s3ch.core.plan.settings import data_estimate
 from airflow_provider_s3ch.core.server_models import TableInfo
 from airflow_provider_s3ch.core.sizes import MiB
-from airflow_provider_s3ch.core.sql import (
-    RenderedSQL,
-    S3Credentials,
-    parseable,
-    quote_identifier,
-    render_settings,
-    render_source,
-    scrub,
-)
+from airflow_provider_s3ch.core.sql import RenderedSQL, S3Credentials, quote_identifier, render_source, rendered
 
 #: A text load is sampled from this many bytes in memory (the plan's estimate) up, as Parquet's footers are read for
 #: the rule from 512 MiB of files (:data:`~airflow_provider_s3ch.core.manifest.WINDOW_FROM_BYTES`): below it the data
@@ -82,10 +74,16 @@ _WRAPPED = re.compile(r"^(?:Nullable|LowCardinality)\((?P<inner>.*)\)$")
 _INTEGER = re.compile(r"^U?Int(?:8|16|32|64)$")
 
 
+def _decompressor(compression: str | None) -> Callable[[], Callable[[bytes], bytes]] | None:
+    """What reads a file's first bytes as text (none, gzip, deflate, bz2, xz); None for another compression."""
+    method = (compression or "none").lower()
+    return _DECOMPRESSORS.get("" if method == "none" else method)
+
+
 def samples(fmt: str, compression: str | None) -> bool:
     """Whether a load of ``fmt`` files with ``compression`` can be sampled (:data:`LINE_FORMATS`, a compression
-    the worker reads: none, gzip, deflate, bz2, xz)."""
-    return fmt.lower() in LINE_FORMATS and (compression or "").lower().replace("none", "") in _DECOMPRESSORS
+    the worker reads)."""
+    return fmt.lower() in LINE_FORMATS and _decompressor(compression) is not None
 
 
 class SampleTarget(NamedTuple):
@@ -105,13 +103,12 @@ def sample_target(plan: LoadPlan, manifest: Manifest, table: TableInfo) -> Sampl
         return None
     if "::" in plan.source_url:  # files in archives: the first bytes are the archive's, not a file's rows
         return None
-    column = key_column(table.partition_key) if table.partition_key.strip() not in ("", "tuple()") else None
-    estimate = manifest.total_bytes * expansion_factor(plan.format, plan.compression)
+    column = key_column(table.partition_key)  # None for no key, tuple() and keys the rule cannot read
     if column is None or manifest.uncompressed_bytes or not samples(plan.format, plan.compression):
         return None
     first = first_file(manifest.objects)
     last = next((o for o in reversed(manifest.objects) if o.size > 0), None)
-    if first is None or last is None or estimate < SAMPLE_FROM_BYTES:
+    if first is None or last is None or data_estimate(manifest, plan.format, plan.compression)[0] < SAMPLE_FROM_BYTES:
         return None
     keys = [first.key] if last.key == first.key else [first.key, last.key]
     return SampleTarget(column, first, tuple(key_url(plan.source_url, manifest.pattern, key) for key in keys))
@@ -120,7 +117,7 @@ def sample_target(plan: LoadPlan, manifest: Manifest, table: TableInfo) -> Sampl
 def rows_per_file_byte(head: bytes, compression: str | None) -> float | None:
     """Rows per byte of file in ``head`` (the first bytes of a file, or all of it): its newlines over its bytes;
     None when it holds no whole row or does not decompress."""
-    decompress = _DECOMPRESSORS.get((compression or "").lower().replace("none", ""))
+    decompress = _decompressor(compression)
     if decompress is None or not head:
         return None
     try:
@@ -163,11 +160,7 @@ def render_key_sample(plan: LoadPlan, credentials: S3Credentials | None, urls: S
                          f"LIMIT {SAMPLE_ROWS})")
         return " UNION ALL ".join(parts)
 
-    sql = statement(False)
-    values = parseable(dict(settings or {}), len(sql.encode()) + 1)
-    clause = render_settings(values)
-    redacted = scrub(f"{statement(True)} {clause}" if clause else statement(True), credentials)
-    return RenderedSQL(sql=sql, settings=values, redacted=redacted)
+    return rendered(statement, settings, credentials)
 
 
 def sampled_window(column: str, unit: str, rows: Sequence[Sequence[object]], *, rows_per_byte: float,

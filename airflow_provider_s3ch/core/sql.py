@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -285,11 +285,20 @@ def render_describe(
     def statement(redact: bool) -> str:
         return f"DESCRIBE TABLE {render_source(one_file, credentials, redact=redact)}"
 
+    return rendered(statement, settings, credentials)
+
+
+def rendered(statement: Callable[[bool], str], settings: dict[str, SettingValue] | None,
+             credentials: S3Credentials | None) -> RenderedSQL:
+    """A statement that carries S3 credentials, with its settings and a redacted copy for logs.
+
+    :param statement: the SQL, with the keys (``False``) or redacted (``True``).
+    """
     sql = statement(False)
     values = parseable(dict(settings or {}), len(sql.encode()) + 1)
     clause = render_settings(values)
-    redacted = scrub(f"{statement(True)} {clause}" if clause else statement(True), credentials)
-    return RenderedSQL(sql=sql, settings=values, redacted=redacted)
+    return RenderedSQL(sql=sql, settings=values,
+                       redacted=scrub(f"{statement(True)} {clause}" if clause else statement(True), credentials))
 
 
 def render_describe_schema(schema: bytes, fmt: str, *, name: str,

@@ -212,9 +212,11 @@ class Target:
         try:  # the sample never fails a load: without it the rule keeps ClickHouse's block
             types = {c.name: c.type for c in table_columns(self.hook, profile.table)}
             raw = raw_expression(target.column, types[target.column]) if target.column in types else None
-            head = read_head(listed.client, manifest.bucket, target.first.key, HEAD_BYTES) if raw else None
-            rate = rows_per_file_byte(head or b"", plan.compression)
-            if raw is None or rate is None:
+            if raw is None:
+                return None
+            rate = rows_per_file_byte(read_head(listed.client, manifest.bucket, target.first.key, HEAD_BYTES) or b"",
+                                      plan.compression)
+            if rate is None:
                 return None
             statement = render_key_sample(plan, listed.credentials, target.urls, raw[0], {
                 **SAMPLE_READ_SETTINGS, **describe_settings(plan.format, self.request.settings)})

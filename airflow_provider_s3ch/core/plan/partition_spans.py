@@ -229,10 +229,11 @@ def partition_figures(partition_key: str | None, window: KeyWindow | None, data_
     A table without a partition key has one partition: every block is one part. Otherwise the figures come from
     the footers' window (:class:`KeyWindow`): the partitions a block spans from its row groups in read order, the
     partitions the load touches from the column's range over every footer read (every partition in it counted);
-    None when the key or the footers cannot say.
+    or from a text load's sample (``sampled_rows``: :func:`_sampled_per_block`, and the sample's bytes in memory in
+    place of ``data_bytes``); None when the key, the footers or the sample cannot say.
 
     :param partition_key: the target's ``partition_key`` (``""``: none); None when unknown (a Distributed table).
-    :param window: the footers' figures; None when none were read.
+    :param window: the footers' or the sample's figures; None when none were read.
     :param data_bytes: the uncompressed bytes one node inserts.
     :param block: ``min_insert_block_size_bytes``.
     """
@@ -249,8 +250,21 @@ def partition_figures(partition_key: str | None, window: KeyWindow | None, data_
     if found is None or found[0] not in window.spans:
         return None
     column, index = found
-    if window.sampled_rows:
-        return _sampled_figures(window, column, index, data_bytes, block)
+    whole = partitions_of(window.spans[column], index)
+    per_block = (_sampled_per_block if window.sampled_rows else _footers_per_block)(window, column, index, block)
+    if whole is None or per_block is None or per_block <= 0:  # row groups of no bytes: nothing to reckon from
+        return None
+    source = (f"a sample: `{column}` in the first {window.sampled_rows // len(window.files):,} rows of the first and "
+              f"last files, ~{data_bytes / MiB:,.0f} MiB in memory" if window.sampled_rows else
+              f"the footers: `{column}` in the row groups of the first {len(window.files)} files read, and")
+    return PartitionFigures(
+        block, round(per_block, 2), len(whole), round(min(float(blocks), blocks * per_block / len(whole)), 2),
+        int(min(block, data_bytes) / per_block), f"{source} over {len(whole)} partitions",
+    )
+
+
+def _footers_per_block(window: KeyWindow, column: str, index: Callable[[int], int | None], block: int) -> float | None:
+    """The partitions a block spans from the footers' row groups in read order (the parts model)."""
     groups: list[tuple[int, frozenset[int]]] = []
     for file in window.files:
         for size, ranges in file:
@@ -258,29 +272,14 @@ def partition_figures(partition_key: str | None, window: KeyWindow | None, data_
             if spanned is None:
                 return None
             groups.append((size, frozenset(spanned)))
-    whole = partitions_of(window.spans[column], index) if groups else None
-    if whole is None:
-        return None
-    per_block = predicted_parts(groups, block).partitions_per_block
-    if per_block <= 0:  # row groups of no bytes: nothing to reckon from
-        return None
-    per_partition = min(float(blocks), blocks * per_block / len(whole))
-    return PartitionFigures(
-        block, round(per_block, 2), len(whole), round(per_partition, 2), int(min(block, data_bytes) / per_block),
-        f"the footers: `{column}` in the row groups of the first {len(window.files)} files read, and over "
-        f"{len(whole)} partitions",
-    )
+    return predicted_parts(groups, block).partitions_per_block if groups else None
 
 
-def _sampled_figures(window: KeyWindow, column: str, index: Callable[[int], int | None], data_bytes: int,
-                     block: int) -> PartitionFigures | None:
-    """The figures of a sample (:mod:`airflow_provider_s3ch.core.key_sample`): each sampled file's first rows move
-    the key so far over so many bytes; a block read on from there moves it ``block`` / bytes as far (within the
-    load's range), and spans the partitions of that stretch. Averaged over the files sampled."""
+def _sampled_per_block(window: KeyWindow, column: str, index: Callable[[int], int | None], block: int) -> float | None:
+    """The partitions a block spans from a sample (:mod:`airflow_provider_s3ch.core.key_sample`): each sampled
+    file's first rows move the key so far over so many bytes; a block read on from there moves it ``block`` / bytes
+    as far (within the load's range), and spans the partitions of that stretch. Averaged over the files sampled."""
     bottom, top = window.spans[column]
-    whole = partitions_of((bottom, top), index)
-    if whole is None:
-        return None
     spans = []
     for (size, ranges), *_ in window.files:
         low, high = ranges[column]
@@ -290,11 +289,4 @@ def _sampled_figures(window: KeyWindow, column: str, index: Callable[[int], int 
         if spanned is None:
             return None
         spans.append(len(spanned))
-    per_block = sum(spans) / len(spans)
-    blocks = max(1, math.ceil(data_bytes / block))
-    return PartitionFigures(
-        block, round(per_block, 2), len(whole), round(min(float(blocks), blocks * per_block / len(whole)), 2),
-        int(min(block, data_bytes) / per_block),
-        f"a sample: `{column}` in the first {window.sampled_rows // len(window.files):,} rows of the first and last "
-        f"files, ~{data_bytes / MiB:,.0f} MiB in memory over {len(whole)} partitions",
-    )
+    return sum(spans) / len(spans)
