@@ -42,7 +42,7 @@ KINDS = {
 }
 
 
-def _files(stack: LocalStack, kind: str, start: str, first: int, rows: int) -> tuple[str, list[int]]:
+def _files(stack: LocalStack, kind: str, start: str, first: int, rows: int) -> str:
     """Two gzip'd CSVWithNames files of ``rows`` rows each, in key order, of ``(id, d)``; their prefix."""
     _, value, step = KINDS[kind]
     text = value.format(s=start, n=first, i=f"number * {step}")
@@ -54,7 +54,7 @@ def _files(stack: LocalStack, kind: str, start: str, first: int, rows: int) -> t
             f"toString({text})) AS line FROM numbers({part * rows}, {rows}))")[0][0]
         stack.s3_client().put_object(Bucket=SAMPLE_BUCKET, Key=f"{prefix}part-{part}.csv.gz",
                                      Body=gzip.compress(f"id,d\n{body}\n".encode()))
-    return prefix, [part * rows for part in range(2)]
+    return prefix
 
 
 def _sample(stack: LocalStack, table: str, prefix: str, fmt: str | None = None) -> object:
@@ -78,7 +78,7 @@ def test_the_sample_reads_what_the_insert_writes(stack: LocalStack, monkeypatch:
                                                   year: int, month: int, first: int, rows: int) -> None:
     monkeypatch.setattr(key_sample, "SAMPLE_FROM_BYTES", 0)
     key = KINDS[kind][0]
-    prefix, _ = _files(stack, kind, f"{year}-{month:02d}-01", first, rows)
+    prefix = _files(stack, kind, f"{year}-{month:02d}-01", first, rows)
     client = stack.clickhouse_client()
     table = f"key_sample_{uuid.uuid4().hex[:8]}"
     client.execute(f"CREATE TABLE {DB}.{table} (id UInt64, d {kind}) ENGINE = MergeTree PARTITION BY {key} "
@@ -110,7 +110,7 @@ def test_a_gzip_csv_load_samples_its_rows(stack: LocalStack, monkeypatch: pytest
     sample's statement reaches the server's log without the secret. (Which block the sample chooses at the sizes
     where it counts: tests/unit/test_key_sample.py, through ``make_plan``; and bench/ladder.py.)"""
     monkeypatch.setattr(key_sample, "SAMPLE_FROM_BYTES", 0)
-    prefix, _ = _files(stack, "Date", "2010-01-01", 0, 3_000)
+    prefix = _files(stack, "Date", "2010-01-01", 0, 3_000)
     client = stack.clickhouse_client()
     table = f"key_sample_{uuid.uuid4().hex[:8]}"
     client.execute(f"CREATE TABLE {DB}.{table} (id UInt64, d Date) ENGINE = MergeTree "
