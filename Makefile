@@ -56,16 +56,23 @@ live: venv
 	$(VENV)/bin/s3ch-local live --seconds $(LIVE_SECONDS) --listing-poll $(LIVE_POLL) \
 	  $(if $(filter no,$(LIVE_SQS)),--no-sqs) --dag-file example_dags/example_continuous.py $(LIVE_ARGS)
 
+## The suite runs in TEST_WORKERS processes (pytest-xdist), each test module whole in one of them (--dist loadfile:
+## a module's fixtures are set up once), each process with its own servers and Airflow home. Most of the suite's
+## time is waiting on servers and Airflow's processes, so it runs faster in parallel even on 2 cores; TEST_WORKERS=0
+## runs it in one process
+TEST_WORKERS ?= 3
+PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 ## test: the whole suite (unit, integration on the real local stack, the example DAG through Airflow)
 test: venv
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL)
 
 ## test-airflow: the part of the suite that goes through Airflow (operator, sensor, triggers, connections, lineage,
 ## compat, the DAGs through `airflow dags test`, the scheduler), for another Airflow version: make test-airflow
 ## AIRFLOW_VERSION=2.11.2. The pure core and the load path are the same code on every Airflow; make test runs them
 ## (tests/conftest.py lists those modules, each with its reason)
 test-airflow: venv
-	$(PY) -m pytest -q -p no:cacheprovider -m "not airflow_independent"
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) -m "not airflow_independent"
 
 ## ledger-histories: the ledger against its model over LEDGER_HISTORIES histories (500 by default; make test runs 20),
 ## each up to 8 steps with loads SIGKILLed at random statements; the counts go to bench/results/ledger_histories.json

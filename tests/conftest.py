@@ -10,7 +10,10 @@ from pathlib import Path
 import pytest
 
 _HOME = tempfile.mkdtemp(prefix="s3ch-test-airflow-")
-os.environ.setdefault("AIRFLOW_HOME", _HOME)
+# Each process of the suite gets its own home: pytest-xdist's workers inherit the environment of the process that
+# started them, whose home they would otherwise share (its database too). An AIRFLOW_HOME set by the caller stays.
+if os.environ.get("AIRFLOW_HOME") in (None, os.environ.get("S3CH_TEST_AIRFLOW_HOME")):
+    os.environ["AIRFLOW_HOME"] = os.environ["S3CH_TEST_AIRFLOW_HOME"] = _HOME
 os.environ.setdefault("AIRFLOW__CORE__LOAD_EXAMPLES", "False")
 os.environ.setdefault("AIRFLOW__CORE__UNIT_TEST_MODE", "False")
 for _var in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
