@@ -126,7 +126,7 @@ unit: venv
 	$(PY) -m pytest -q -p no:cacheprovider tests/unit
 
 integration: venv
-	$(PY) -m pytest -q -p no:cacheprovider tests/integration tests/dags
+	$(PY) -m pytest -q -p no:cacheprovider $(PYTEST_PARALLEL) tests/integration tests/dags
 
 ## docs: the documentation site (mkdocs.yml) into site/; --strict fails on any warning, a broken link included
 DOCS_STAMP := $(VENV)/.docs-installed
