@@ -48,8 +48,34 @@ _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 MOTO_SERVER = "airflow_provider_s3ch.local.moto_server"
 
 
+#: Where :func:`free_port` draws from: below the kernel's ephemeral range, so that no outgoing connection takes a
+#: port between the moment it is picked and the moment its server binds it.
+_LISTEN_PORTS_FROM = 15_000
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux), or 0 where it cannot be read."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now.
+
+    Drawn at random below the ephemeral range where there is room (test processes running side by side start
+    servers at the same moment, and their outgoing connections take ephemeral ports); else the kernel's pick."""
+    low = _ephemeral_low()
+    draw = secrets.SystemRandom()
+    for _ in range(50 if low > _LISTEN_PORTS_FROM + 1_000 else 0):
+        port = draw.randrange(_LISTEN_PORTS_FROM, low)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])

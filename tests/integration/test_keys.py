@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import socket
 import subprocess
 import sys
 import tarfile
@@ -31,6 +30,7 @@ from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.errors import BucketError, NoObjectsError
 from airflow_provider_s3ch.hooks.s3 import build_manifest, list_matching
 from airflow_provider_s3ch.local import LocalStack
+from airflow_provider_s3ch.local.stack import free_port
 from airflow_provider_s3ch.operators.s3_to_clickhouse import S3ToClickHouseOperator
 from tests.integration.support import fake_context, wait_answering
 
@@ -323,12 +323,6 @@ def test_a_backtracking_glob_answers_like_the_engine(stack: LocalStack) -> None:
 # -------------------------------------------------------------------- a connection with GetObject only
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 GET_ONLY_POLICY = {
     "Version": "2012-10-17",
     "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": "arn:aws:s3:::s3ch-get-only/in/*"}],
@@ -340,7 +334,7 @@ SETUP_REQUESTS = 7
 @pytest.fixture(scope="module")
 def get_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A moto S3 server enforcing IAM, a bucket, and keys of a user allowed s3:GetObject on ``in/*`` only."""
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("moto-iam") / "moto.log"
     env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT=str(SETUP_REQUESTS))
     with open(log, "wb") as out:

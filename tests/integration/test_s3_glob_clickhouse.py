@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import gzip
 import os
-import socket
 from collections.abc import Iterator
 from types import ModuleType
 
@@ -24,6 +23,7 @@ from airflow_provider_s3ch.core.errors import InvalidRequestError
 from airflow_provider_s3ch.core.formats import detect_compression
 from airflow_provider_s3ch.core.glob import compile_glob, expand_keys, object_url
 from airflow_provider_s3ch.hooks.s3 import list_matching
+from airflow_provider_s3ch.local.stack import free_port
 
 moto_server = pytest.importorskip("moto.server")
 
@@ -79,12 +79,6 @@ PATTERNS = [
 ]  # fmt: skip
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def chdb(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     """The embedded ClickHouse engine, imported from an empty directory (it probes ./config.xml)."""
@@ -99,7 +93,7 @@ def chdb(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
     """A moto S3 server holding one tiny CSV object per key of :data:`KEYS`."""
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     endpoint = f"http://{host}:{port}"

@@ -6,7 +6,6 @@ exactly as the operator reaches S3; nothing in boto3 or botocore is patched.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 from airflow_provider_s3ch.core.models import LoadRequest
 from airflow_provider_s3ch.errors import BucketError, FormatError, NoObjectsError
 from airflow_provider_s3ch.hooks.s3 import bucket_region, build_manifest, list_matching
+from airflow_provider_s3ch.local.stack import free_port
 
 moto_server = pytest.importorskip("moto.server")
 
@@ -24,12 +24,6 @@ pytestmark = pytest.mark.integration
 
 SECRET = "not-a-real-secret-key"
 MANY = 2500
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _make_client(endpoint: str, region: str = "us-east-1") -> Any:
@@ -56,7 +50,7 @@ def _put(client: Any, bucket: str, keys: list[str], body: bytes = b"1\n") -> Non
 
 @pytest.fixture(scope="module")
 def s3_endpoint() -> Iterator[str]:
-    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=_free_port(), verbose=False)
+    server = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=free_port(), verbose=False)
     server.start()
     host, port = server.get_host_and_port()
     try:
