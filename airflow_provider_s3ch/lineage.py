@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow_provider_s3ch.core.lineage import LoadFacts, input_groups
-from airflow_provider_s3ch.core.sql import shorten
+from airflow_provider_s3ch.core.sql_summary import shorten
 
 if TYPE_CHECKING:
     from airflow.providers.openlineage.extractors import OperatorLineage

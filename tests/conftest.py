@@ -63,7 +63,7 @@ AIRFLOW_INDEPENDENT: dict[str, str] = {
     "tests/unit/test_setting_types.py": "core.setting_types",
     "tests/unit/test_shrink.py": "core.plan.shrink",
     "tests/unit/test_sql.py": "core.sql: the renderers",
-    "tests/unit/test_sql_summary.py": "core.sql",
+    "tests/unit/test_sql_summary.py": "core.sql_summary: how statements are shown in logs",
     "tests/unit/test_tables.py": "core.tables",
     "tests/unit/test_views.py": "core.views",
     "tests/unit/test_workload.py": "core.plan.workload and core.metrics",

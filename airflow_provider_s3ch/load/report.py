@@ -21,7 +21,7 @@ from airflow_provider_s3ch.core.recovery import LoadSteps
 from airflow_provider_s3ch.core.schema import Column
 from airflow_provider_s3ch.core.server_models import ServerProfile, TableInfo
 from airflow_provider_s3ch.core.sizes import fmt_bytes, is_byte_setting
-from airflow_provider_s3ch.core.sql import sql_summary
+from airflow_provider_s3ch.core.sql_summary import sql_summary
 
 
 class LoadReport(BaseModel):

@@ -309,7 +309,7 @@ def test_parseable_keeps_what_decides_parsing_where_a_statement_parses() -> None
 
 
 def test_a_long_statement_is_shortened_for_logs_with_the_rest_counted() -> None:
-    from airflow_provider_s3ch.core.sql import shorten
+    from airflow_provider_s3ch.core.sql_summary import shorten
 
     assert shorten("abc", limit=5) == "abc"
     assert shorten("x" * 10_005, limit=4) == "xxxx… [10,001 more characters]"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from airflow_provider_s3ch.core.sql import sql_summary
+from airflow_provider_s3ch.core.sql_summary import sql_summary
 
 keys = st.lists(st.from_regex(r"[a-z0-9/_-]{1,20}\.csv", fullmatch=True), min_size=1, max_size=300, unique=True)
 
