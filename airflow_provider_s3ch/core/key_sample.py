@@ -26,7 +26,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
-from airflow_provider_s3ch.core.glob import key_url
+from airflow_provider_s3ch.core.glob import key_url, split_archive
 from airflow_provider_s3ch.core.key_window import KeyWindow
 from airflow_provider_s3ch.core.manifest import first_file
 from airflow_provider_s3ch.core.models import LoadPlan, Manifest, S3Object, SettingValue
@@ -101,7 +101,7 @@ def sample_target(plan: LoadPlan, manifest: Manifest, table: TableInfo) -> Sampl
     estimates them."""
     if plan.strategy != "single" or table.is_distributed or not table.exists or manifest.key_window is not None:
         return None
-    if "::" in plan.source_url:  # files in archives: the first bytes are the archive's, not a file's rows
+    if split_archive(manifest.pattern)[1] is not None:  # files in archives: the first bytes are the archive's
         return None
     column = key_column(table.partition_key)  # None for no key, tuple() and keys the rule cannot read
     if column is None or manifest.uncompressed_bytes or not samples(plan.format, plan.compression):
@@ -149,7 +149,8 @@ def raw_expression(column: str, type_: str) -> tuple[str, str] | None:
 def render_key_sample(plan: LoadPlan, credentials: S3Credentials | None, urls: Sequence[str], expression: str,
                       settings: dict[str, SettingValue] | None = None) -> RenderedSQL:
     """``SELECT`` of each file in ``urls`` (the load's own source, one file each): its index, the smallest and
-    largest ``expression`` of its first :data:`SAMPLE_ROWS` rows, their bytes in memory and their count."""
+    largest ``expression`` of its first :data:`SAMPLE_ROWS` rows, their bytes in memory and their count. It reads
+    with :data:`SAMPLE_READ_SETTINGS`, under ``settings`` (the schema check's: the user's format settings apply)."""
 
     def statement(redact: bool) -> str:
         parts = []
@@ -160,7 +161,7 @@ def render_key_sample(plan: LoadPlan, credentials: S3Credentials | None, urls: S
                          f"LIMIT {SAMPLE_ROWS})")
         return " UNION ALL ".join(parts)
 
-    return rendered(statement, settings, credentials)
+    return rendered(statement, {**SAMPLE_READ_SETTINGS, **(settings or {})}, credentials)
 
 
 def sampled_window(column: str, unit: str, rows: Sequence[Sequence[object]], *, rows_per_byte: float,

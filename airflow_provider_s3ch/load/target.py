@@ -19,7 +19,6 @@ from airflow_provider_s3ch.core.glob import archive_path_syntax, object_url
 from airflow_provider_s3ch.core.history import Learned, PastLoad, history_key
 from airflow_provider_s3ch.core.key_sample import (
     HEAD_BYTES,
-    SAMPLE_READ_SETTINGS,
     raw_expression,
     render_key_sample,
     rows_per_file_byte,
@@ -218,8 +217,8 @@ class Target:
                                       plan.compression)
             if rate is None:
                 return None
-            statement = render_key_sample(plan, listed.credentials, target.urls, raw[0], {
-                **SAMPLE_READ_SETTINGS, **describe_settings(plan.format, self.request.settings)})
+            statement = render_key_sample(plan, listed.credentials, target.urls, raw[0],
+                                          describe_settings(plan.format, self.request.settings))
             rows = sample_rows(self.hook, statement)
         except (ClickHouseQueryError, LoadError) as exc:
             self.log.info("No sample of the rows for the block rule: %s",

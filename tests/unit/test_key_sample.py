@@ -101,8 +101,8 @@ def test_a_sample_is_read_only_where_it_can_change_the_block() -> None:
     assert sample_target(p, man, _table("tuple()")) is None  # one partition: the blocks say it all
     assert sample_target(p, man, _table("cityHash64(d) % 8")) is None  # a key the rule cannot read
     assert sample_target(p, man, _table(exists=False)) is None  # to be created: no column types yet
-    archived = p.model_copy(update={"source_url": "http://s3/bucket/data/a.tar :: *.csv"})
-    assert sample_target(archived, man, _table()) is None  # the first bytes are the archive's
+    archived = man.model_copy(update={"pattern": "data/a.tar :: *.csv"})  # type: ignore[attr-defined]
+    assert sample_target(p, archived, _table()) is None  # the first bytes are the archive's
     small_man, small_p = _csv(total=SAMPLE_FROM_BYTES // 8)
     assert sample_target(small_p, small_man, _table()) is None  # under 512 MiB in memory
     parquet = manifest(files=20, total=GiB)
